@@ -1,0 +1,238 @@
+"""``tpsl-flwr audit``: measure a mechanism with the strongest attack.
+
+Pushes labels through the real GradPerturb code (keyed noise, coefficient
+sampling, the torch backward pass at the logits), runs the white-box
+shortest-distance attack on what would be sent, and compares the attack's
+success with the closed forms of :mod:`tpsl_flwr.closed_forms` and with the
+ceiling that ``(epsilon, 0)``-DP puts on any attack.
+
+Every sample sits at the same logits ``z = 0`` (uniform predictions). The SDA
+on the binary mechanisms and on k-ary randomized response does not depend on
+``z``; for multi-class Laplace and the Gaussian baseline the closed forms are
+those of uniform predictions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.metrics import roc_auc_score
+
+from tpsl_flwr.accounting import no_op_warning
+from tpsl_flwr.attacks import sda_predictions, sda_scores
+from tpsl_flwr.closed_forms import (
+    auc_bound,
+    expected_noise,
+    expected_sda,
+    top1_bound,
+)
+from tpsl_flwr.empirical_privacy import epsilon_lower_bound
+from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.keyed_noise import NoiseKey
+from tpsl_flwr.mechanisms import GaussianPerturb, Mechanism
+from tpsl_flwr.noisy_labels import NoisyLabels, draw_noisy_labels, realized_noise
+from tpsl_flwr.perturb import candidate_gradients, logits_placement_backward
+
+STRICT_CONFIDENCE = 0.999
+"""Confidence of the epsilon lower bound that decides a violation."""
+SIGMAS_OF_TOLERANCE = 4.0
+"""How many standard errors above the ceiling count as a violation."""
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """What ``tpsl-flwr audit`` measured (see :func:`run_audit`)."""
+
+    mechanism: str
+    epsilon: float | None
+    sigma: float | None
+    classes: int
+    samples: int
+    seed: int
+    prior: list[float]
+    sda_auc: float | None
+    sda_top1: float | None
+    expected: float
+    standard_error: float
+    auc_bound: float | None
+    top1_bound: float | None
+    empirical_epsilon_lower_bound: float
+    confidence: float
+    violation: bool
+    verdict: str
+    realized_noise: dict[str, float]
+    expected_noise: dict[str, float]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (infinite values become the string ``"inf"``)."""
+        out = asdict(self)
+        for name, value in out.items():
+            if isinstance(value, float) and math.isinf(value):
+                out[name] = "inf"
+        return out
+
+
+def _check_prior(prior: list[float] | None, k: int) -> np.ndarray:
+    if prior is None:
+        return np.full(k, 1.0 / k)
+    values = np.asarray(prior, dtype=np.float64)
+    if k == 2 and values.size == 1:
+        values = np.array([1.0 - values[0], values[0]])
+    if values.size != k:
+        raise ConfigError(
+            f"prior must give the positive rate (binary) or {k} class "
+            f"probabilities, got {list(prior)}"
+        )
+    if np.any(~np.isfinite(values)) or np.any(values <= 0) or np.any(values >= 1):
+        raise ConfigError(f"prior probabilities must lie in (0, 1), got {list(prior)}")
+    if abs(values.sum() - 1.0) > 1e-6:
+        raise ConfigError(f"prior probabilities must sum to 1, got {values.sum():.6g}")
+    return values / values.sum()
+
+
+def _auc_standard_error(auc: float, n_pos: int, n_neg: int) -> float:
+    """Hanley and McNeil (1982) standard error of an AUC."""
+    q1 = auc / (2.0 - auc)
+    q2 = 2.0 * auc**2 / (1.0 + auc)
+    var = (
+        auc * (1 - auc) + (n_pos - 1) * (q1 - auc**2) + (n_neg - 1) * (q2 - auc**2)
+    ) / (n_pos * n_neg)
+    return math.sqrt(max(var, 0.0))
+
+
+def attack_transcript(
+    mechanism: Mechanism, labels: np.ndarray, key: NoiseKey
+) -> tuple[np.ndarray, np.ndarray, NoisyLabels]:
+    """The logit gradients a batch would produce, and the SDA's candidates.
+
+    Returns
+    -------
+    tuple
+        ``(n, m)`` per-sample perturbed gradients and ``(n, k, m)`` candidate
+        gradients, computed with the real perturbation code at ``z = 0``, and
+        the noisy labels behind them.
+    """
+    n = labels.size
+    outputs = 1 if mechanism.is_binary else mechanism.num_classes
+    ids = np.arange(n, dtype=np.int64)
+    noisy = draw_noisy_labels(mechanism, labels, ids, key)
+    top = torch.nn.Identity()
+    logits = torch.zeros((n, outputs), dtype=torch.float64)
+    received, _ = logits_placement_backward(top, logits, noisy)
+    candidates = candidate_gradients(top, logits)
+    return (received * n).numpy(), candidates.numpy(), noisy
+
+
+def run_audit(
+    mechanism: Mechanism,
+    samples: int = 100_000,
+    seed: int = 0,
+    prior: list[float] | None = None,
+) -> AuditResult:
+    """Run the SDA on ``samples`` labels protected by ``mechanism``.
+
+    Parameters
+    ----------
+    mechanism
+        The mechanism under audit.
+    samples
+        Number of labels (>= 1000 for meaningful statistics).
+    seed
+        Seed of the labels and of the (audit-only) noise key.
+    prior
+        Positive rate (binary) or class probabilities; balanced by default.
+
+    Returns
+    -------
+    AuditResult
+        Measurements, closed forms, bounds and the verdict.
+    """
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1000:
+        raise ConfigError(f"samples must be an integer >= 1000, got {samples!r}")
+    k = mechanism.num_classes
+    probabilities = _check_prior(prior, k)
+    rng = np.random.default_rng(seed)
+    labels = rng.choice(k, size=samples, p=probabilities).astype(np.int64)
+    key = NoiseKey.from_seed(seed)
+    received, candidates, noisy = attack_transcript(mechanism, labels, key)
+    epsilon = mechanism.epsilon
+    notes: list[str] = ["audit noise key is seeded (reproducible, not secure)"]
+    if k == 2:
+        scores = sda_scores(received, candidates)
+        if labels.min() == labels.max():
+            raise ConfigError("the audit drew a single label; raise --samples")
+        measured = float(roc_auc_score(labels, scores))
+        n_pos = int(labels.sum())
+        se = _auc_standard_error(measured, n_pos, samples - n_pos)
+        ceiling = auc_bound(epsilon) if epsilon is not None else None
+        top_ceiling = None
+        attack_scores, attack_labels = scores, labels
+    else:
+        predictions = sda_predictions(received, candidates)
+        measured = float(np.mean(predictions == labels))
+        se = math.sqrt(max(measured * (1 - measured), 1e-12) / samples)
+        ceiling = auc_bound(epsilon) if epsilon is not None else None
+        top_ceiling = (
+            top1_bound(epsilon, float(probabilities.max()))
+            if epsilon is not None
+            else None
+        )
+        # Distinguish the two most frequent classes by "predicted = the first".
+        first, second = np.argsort(-probabilities, kind="stable")[:2]
+        pair = (labels == first) | (labels == second)
+        attack_scores = (predictions[pair] == first).astype(np.float64)
+        attack_labels = (labels[pair] == first).astype(np.int64)
+        notes.append(
+            f"epsilon lower bound from the test 'SDA predicts {first}' between "
+            f"labels {first} and {second}"
+        )
+    lower = epsilon_lower_bound(attack_scores, attack_labels, 0.95, seed)
+    strict = epsilon_lower_bound(attack_scores, attack_labels, STRICT_CONFIDENCE, seed)
+    limit = ceiling if k == 2 else top_ceiling
+    reasons = []
+    if epsilon is not None and math.isfinite(epsilon):
+        if strict > epsilon:
+            reasons.append(
+                f"empirical epsilon lower bound {strict:.4f} "
+                f"({STRICT_CONFIDENCE:.1%} confidence) exceeds epsilon {epsilon:g}"
+            )
+        if limit is not None and measured > limit + SIGMAS_OF_TOLERANCE * se:
+            name = "AUC" if k == 2 else "top-1 accuracy"
+            reasons.append(
+                f"SDA {name} {measured:.4f} exceeds the epsilon-DP ceiling "
+                f"{limit:.4f} by more than {SIGMAS_OF_TOLERANCE:g} standard errors"
+            )
+    elif isinstance(mechanism, GaussianPerturb):
+        notes.append("gaussian baseline: no pure epsilon, so no ceiling to check")
+    warning = no_op_warning(ceiling)
+    if warning:
+        notes.append(warning)
+    violation = bool(reasons)
+    verdict = "VIOLATION: " + "; ".join(reasons) if violation else "ok"
+    return AuditResult(
+        mechanism=mechanism.name,
+        epsilon=epsilon,
+        sigma=getattr(mechanism, "sigma", None),
+        classes=k,
+        samples=samples,
+        seed=seed,
+        prior=[float(p) for p in probabilities],
+        sda_auc=measured if k == 2 else None,
+        sda_top1=measured if k > 2 else None,
+        expected=expected_sda(mechanism),
+        standard_error=se,
+        auc_bound=ceiling,
+        top1_bound=top_ceiling,
+        empirical_epsilon_lower_bound=lower,
+        confidence=0.95,
+        violation=violation,
+        verdict=verdict,
+        realized_noise=realized_noise(labels, noisy),
+        expected_noise=expected_noise(mechanism),
+        notes=notes,
+    )

@@ -1,0 +1,24 @@
+"""Project error types.
+
+Every error raised for bad input or a protocol fault derives from
+:class:`TPSLError`, a :class:`ValueError`, so callers can catch the project's
+errors without swallowing programming errors.
+"""
+
+from __future__ import annotations
+
+
+class TPSLError(ValueError):
+    """Base class of every error tpsl-flwr raises on purpose."""
+
+
+class ConfigError(TPSLError):
+    """A configuration value is invalid (the message names the value)."""
+
+
+class ProtocolError(TPSLError):
+    """A message between the parties is missing, malformed or out of order."""
+
+
+class PrivacyError(TPSLError):
+    """Protection is configured but cannot be applied: fail closed."""

@@ -1,0 +1,177 @@
+"""Applying GradPerturb to a torch top model, at the logits or the cut layer.
+
+Every mechanism's output is ``sum_j c_j g_j`` (plus ``r`` for the Gaussian
+baseline), where ``g_j`` is the gradient of the loss for label ``j``. Since the
+gradient of ``sum_i sum_j c_ij l(z_i, j)`` with respect to a sample's embedding
+or logits is exactly ``sum_j c_ij g_ij``, one backward pass of this
+*coefficient-weighted loss* produces GradPerturb's output for the whole batch,
+for any loss, without ``k`` separate backward passes.
+
+* ``logits`` (Yang et al., Section 4.2): one noisy ``c`` per sample; a single
+  backward pass gives both the top-model update and the cut-layer gradient
+  sent to the non-label parties. The run is ``(epsilon, 0)``-DP.
+* ``cut`` (Algorithm 3 as stated): the cut-layer gradient uses ``c`` and the
+  top-model update an independently drawn ``c'``: ``(2 epsilon, 0)``-DP.
+
+Gradients are per-sample quantities divided by the batch size (the mean loss),
+and the noise is in per-sample units before that division.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from tpsl_flwr.errors import PrivacyError
+from tpsl_flwr.noisy_labels import NoisyLabels
+
+
+def per_class_losses(logits: Tensor) -> Tensor:
+    """The loss of each sample under each hypothetical label, ``(n, k)``.
+
+    One logit column means sigmoid + binary cross-entropy (``l(z, 0) =
+    softplus(z)``, ``l(z, 1) = softplus(-z)``); ``k >= 2`` columns mean softmax
+    cross-entropy (``l(z, j) = -log softmax(z)_j``).
+    """
+    if logits.ndim != 2:
+        raise PrivacyError(
+            f"logits must be 2-D (n, outputs), got {tuple(logits.shape)}"
+        )
+    if logits.shape[1] == 1:
+        z = logits[:, 0]
+        return torch.stack([F.softplus(z), F.softplus(-z)], dim=1)
+    return -F.log_softmax(logits, dim=1)
+
+
+def coefficient_loss(
+    logits: Tensor, noisy: NoisyLabels, additive_on: Tensor | None = None
+) -> Tensor:
+    """The coefficient-weighted loss whose gradient is GradPerturb's output.
+
+    Parameters
+    ----------
+    logits
+        ``(n, outputs)`` top-model outputs.
+    noisy
+        The batch's randomized labels.
+    additive_on
+        The tensor the Gaussian noise is added to the gradient of (the logits
+        by default; the cut-layer embeddings for the cut placement).
+
+    Returns
+    -------
+    torch.Tensor
+        A scalar: ``(1/n) sum_i [sum_j c_ij l(z_i, j) + <r_i, a_i>]``.
+
+    Raises
+    ------
+    PrivacyError
+        If the coefficients or noise do not fit the batch or are not finite
+        (fail closed: never fall back to unperturbed gradients).
+    """
+    losses = per_class_losses(logits)
+    coefficients = torch.as_tensor(noisy.coefficients, dtype=logits.dtype)
+    if coefficients.shape != losses.shape:
+        raise PrivacyError(
+            f"noisy label coefficients of shape {tuple(coefficients.shape)} do not "
+            f"fit a batch of losses of shape {tuple(losses.shape)}"
+        )
+    if not torch.isfinite(coefficients).all():
+        raise PrivacyError("noisy label coefficients are not finite")
+    batch = logits.shape[0]
+    loss = (coefficients * losses).sum() / batch
+    if noisy.additive is not None:
+        target = logits if additive_on is None else additive_on
+        noise = torch.as_tensor(noisy.additive, dtype=target.dtype)
+        if noise.shape != target.shape or not torch.isfinite(noise).all():
+            raise PrivacyError(
+                f"Gaussian noise of shape {tuple(noise.shape)} does not fit "
+                f"{tuple(target.shape)} or is not finite"
+            )
+        loss = loss + (noise * target).sum() / batch
+    return loss
+
+
+def logits_placement_backward(
+    top: nn.Module, embeddings: Tensor, noisy: NoisyLabels
+) -> tuple[Tensor, Tensor]:
+    """One backward pass with the noise at the logits (Section 4.2).
+
+    Accumulates the top model's perturbed update into its ``.grad`` fields.
+
+    Parameters
+    ----------
+    top
+        The label party's top model.
+    embeddings
+        ``(n, d)`` cut-layer embeddings received from the non-label parties.
+    noisy
+        The batch's randomized labels (drawn once per sample).
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        The perturbed cut-layer gradient ``(n, d)`` to dispatch, and the
+        logits (detached) for bookkeeping.
+    """
+    cut = embeddings.detach().requires_grad_(True)
+    logits = top(cut)
+    coefficient_loss(logits, noisy).backward()
+    assert cut.grad is not None
+    return cut.grad.detach(), logits.detach()
+
+
+def cut_placement_backward(
+    top: nn.Module,
+    embeddings: Tensor,
+    transcript_noisy: NoisyLabels,
+    update_noisy: NoisyLabels,
+) -> tuple[Tensor, Tensor]:
+    """Perturb the cut-layer gradient and the top update separately (Algorithm 3).
+
+    Parameters
+    ----------
+    top
+        The label party's top model.
+    embeddings
+        ``(n, d)`` cut-layer embeddings.
+    transcript_noisy
+        Randomized labels behind the dispatched gradient (for the Gaussian
+        baseline its noise has the cut-layer width ``d``).
+    update_noisy
+        Independently randomized labels behind the top-model update.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        The perturbed cut-layer gradient ``(n, d)`` and the detached logits.
+    """
+    cut = embeddings.detach().requires_grad_(True)
+    logits = top(cut)
+    transcript_loss = coefficient_loss(logits, transcript_noisy, additive_on=cut)
+    (cut_grad,) = torch.autograd.grad(transcript_loss, cut, retain_graph=True)
+    params = [p for p in top.parameters() if p.requires_grad]
+    update_loss = coefficient_loss(logits, update_noisy)
+    grads = torch.autograd.grad(update_loss, params, allow_unused=True)
+    for param, grad in zip(params, grads, strict=True):
+        if grad is None:
+            continue
+        param.grad = grad.detach() if param.grad is None else param.grad + grad
+    return cut_grad.detach(), logits.detach()
+
+
+def candidate_gradients(top: nn.Module, embeddings: Tensor) -> Tensor:
+    """The per-class cut-layer gradients ``g_j`` of each sample, ``(n, k, d)``.
+
+    ``g_ij = d l(h(e_i), j) / d e_i`` (no batch averaging), computed with one
+    backward pass per class. This is what a white-box attacker computes
+    (Section 3.1) and what tests compare GradPerturb against.
+    """
+    cut = embeddings.detach().requires_grad_(True)
+    losses = per_class_losses(top(cut))
+    grads = [
+        torch.autograd.grad(losses[:, j].sum(), cut, retain_graph=True)[0]
+        for j in range(losses.shape[1])
+    ]
+    return torch.stack(grads, dim=1).detach()

@@ -1,0 +1,1 @@
+"""Flower wiring: ServerApp/ClientApp, engines, experiment configs and the CLI."""

@@ -1,0 +1,1 @@
+"""Flower strategies that run GradPerturb at the label party."""
