@@ -110,7 +110,102 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the result as one JSON object ('-' = stdout)",
     )
     audit.set_defaults(handler=_run_audit)
+    _add_simulate(commands)
     return parser
+
+
+def _add_simulate(commands: Any) -> None:
+    from tpsl_flwr.data import DATASETS
+
+    sim = commands.add_parser(
+        "simulate",
+        help="run one TPSL experiment (in-process engine)",
+        description="Train a split model with GradPerturb; write results JSON.",
+    )
+    sim.add_argument("--dataset", choices=DATASETS, default="synthetic-ctr")
+    sim.add_argument(
+        "--rows",
+        type=_integer("rows", 0),
+        default=0,
+        help="rows to generate or subsample (0 = dataset default)",
+    )
+    sim.add_argument("--mechanism", choices=MECHANISMS, default="laplace")
+    sim.add_argument("--epsilon", type=_number("epsilon"), default=1.0)
+    sim.add_argument("--sigma", type=_number("sigma"), default=1.0)
+    sim.add_argument("--placement", choices=("logits", "cut"), default="logits")
+    sim.add_argument("--epochs", type=_integer("epochs", 1), default=3)
+    sim.add_argument("--batch-size", type=_integer("batch-size", 1), default=64)
+    sim.add_argument("--lr", type=_number("lr"), default=1e-2)
+    sim.add_argument(
+        "--steps-per-message", type=_integer("steps-per-message", 1), default=1
+    )
+    sim.add_argument("--parties", type=_integer("parties", 1), default=2)
+    sim.add_argument(
+        "--engine",
+        choices=("local",),
+        default="local",
+        help="local: in-process Grid (the Ray engine is `flwr run .`)",
+    )
+    sim.add_argument("--seed", type=_integer("seed", 0), default=0)
+    sim.add_argument(
+        "--noise-seed",
+        type=int,
+        default=-1,
+        help="seed the noise key (reproducible, NOT secure); -1 = OS",
+    )
+    sim.add_argument("--out-dir", default="outputs")
+    sim.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the last epoch checkpoint in --out-dir",
+    )
+    sim.add_argument(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="also write the results JSON here ('-' = stdout)",
+    )
+    sim.set_defaults(handler=_run_simulate)
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    import logging
+
+    from flwr.common.logger import FLOWER_LOGGER
+
+    from tpsl_flwr.simulations.client_app import app as client_app
+    from tpsl_flwr.simulations.config import ExperimentConfig
+    from tpsl_flwr.simulations.experiment import run_label_party
+    from tpsl_flwr.simulations.inprocess import InProcessGrid
+
+    cfg = ExperimentConfig(
+        dataset=args.dataset,
+        rows=args.rows,
+        mechanism=args.mechanism,
+        epsilon=args.epsilon,
+        sigma=args.sigma,
+        placement=args.placement,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        steps_per_message=args.steps_per_message,
+        num_parties=args.parties,
+        seed=args.seed,
+        noise_seed=args.noise_seed,
+        out_dir=args.out_dir,
+        resume=args.resume,
+    )
+    if args.json == "-":
+        FLOWER_LOGGER.setLevel(logging.WARNING)
+    grid = InProcessGrid(client_app, cfg.num_parties, run_config=cfg.to_run_config())
+    results = grid.run_server(lambda g, _ctx: run_label_party(g, cfg, engine="local"))
+    text = json.dumps(results, indent=2, default=str)
+    if args.json == "-":
+        print(text)
+    elif args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    return 0
 
 
 def _run_audit(args: argparse.Namespace) -> int:

@@ -1,1 +1,5 @@
 """Flower strategies that run GradPerturb at the label party."""
+
+from tpsl_flwr.strategies.tpsl_strategy import TPSLStrategy
+
+__all__ = ["TPSLStrategy"]

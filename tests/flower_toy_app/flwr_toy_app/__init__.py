@@ -1,0 +1,1 @@
+"""Minimal Flower app that exercises the tpsl-flwr engines."""

@@ -1,0 +1,309 @@
+"""Torch models of split learning: a bottom model per party and the top model.
+
+A non-label party's :class:`BottomModel` ``f`` maps its feature slice to the
+cut-layer embedding; the label party's :class:`TopModel` ``h`` maps the
+concatenated embeddings of all parties to logits (one for binary labels, ``k`` for
+``k`` classes; see :func:`num_outputs_for`).
+
+Initialisation follows PyTorch's defaults for ``nn.Linear`` and ``nn.Embedding``
+but draws from an explicit ``torch.Generator`` when one is given, so two models
+built with the same generator seed are identical whatever the global RNG state
+(and building one leaves the global RNG untouched). Without a generator the
+global RNG is used, so ``torch.manual_seed`` makes the init reproducible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from tpsl_flwr.errors import ConfigError
+
+__all__ = ["BottomModel", "TopModel", "num_outputs_for"]
+
+
+def num_outputs_for(num_classes: int) -> int:
+    """Number of logits the top model emits for ``num_classes`` classes.
+
+    Parameters
+    ----------
+    num_classes : int
+        At least 2.
+
+    Returns
+    -------
+    int
+        1 for binary labels (one logit, sigmoid + BCE), else ``num_classes``
+        (softmax + cross-entropy).
+
+    Raises
+    ------
+    ConfigError
+        If ``num_classes`` is not an int >= 2.
+
+    Examples
+    --------
+    >>> num_outputs_for(2), num_outputs_for(10)
+    (1, 10)
+    """
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int):
+        raise ConfigError(f"num_classes must be an int, got {num_classes!r}")
+    if num_classes < 2:
+        raise ConfigError(f"num_classes must be >= 2, got {num_classes}")
+    return 1 if num_classes == 2 else num_classes
+
+
+def _check_size(name: str, value: object, minimum: int = 1) -> int:
+    """Return ``value`` as an int, or raise naming it unless an int >= minimum."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_hidden(hidden: Sequence[int]) -> tuple[int, ...]:
+    """Validate hidden-layer widths (possibly none)."""
+    if isinstance(hidden, int | str):
+        raise ConfigError(f"hidden must be a sequence of ints, got {hidden!r}")
+    return tuple(_check_size(f"hidden[{i}]", h) for i, h in enumerate(hidden))
+
+
+def _mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> nn.Sequential:
+    """Linear layers with ReLU between them; the output layer is linear.
+
+    The owner builds it under :func:`_no_rng` and initialises it with
+    :func:`_reset`.
+    """
+    widths = (in_dim, *hidden, out_dim)
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
+        if i:
+            layers.append(nn.ReLU())
+        layers.append(nn.Linear(a, b))
+    return nn.Sequential(*layers)
+
+
+def _no_rng() -> contextlib.AbstractContextManager[None]:
+    """Restore the global CPU RNG on exit: module constructors' own init is redone.
+
+    (Building on the ``meta`` device instead would avoid the draws, but its
+    ``to_empty`` imports torch's symbolic-shape machinery: about a second.)
+    """
+    return torch.random.fork_rng(devices=[])
+
+
+@torch.no_grad()
+def _reset(module: nn.Module, generator: torch.Generator | None) -> None:
+    """PyTorch's default init of every Linear/Embedding, from ``generator``.
+
+    ``nn.Linear``: weight and bias ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` (what
+    ``kaiming_uniform_(a=sqrt(5))`` amounts to); ``nn.Embedding``: ``N(0, 1)``.
+    """
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            bound = 1.0 / math.sqrt(m.in_features)
+            nn.init.uniform_(m.weight, -bound, bound, generator=generator)
+            if m.bias is not None:
+                nn.init.uniform_(m.bias, -bound, bound, generator=generator)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, 1.0, generator=generator)
+
+
+class BottomModel(nn.Module):
+    """A non-label party's model ``f``: its features -> the cut-layer embedding.
+
+    Categorical columns share **one** ``nn.Embedding`` table; column ``j``'s codes
+    are shifted by ``offsets[j] = sum(cardinalities[:j])``, so one lookup embeds
+    every column. The embeddings are flattened, concatenated after the numeric
+    features and passed through an MLP (ReLU between layers, linear output).
+
+    Parameters
+    ----------
+    num_numeric : int
+        Numeric input columns (>= 0).
+    cardinalities : sequence of int
+        Categories of each categorical column (each >= 1; may be empty, but not
+        together with ``num_numeric == 0``).
+    embedding_dim : int
+        Embedding width per categorical column.
+    hidden : sequence of int
+        Hidden-layer widths (may be empty: one linear layer).
+    out_dim : int
+        Width of the cut layer.
+    generator : torch.Generator, optional
+        Source of the initial weights; the global RNG when None.
+
+    Raises
+    ------
+    ConfigError
+        If a size is not a positive int (the message names it) or there are no
+        input columns.
+
+    Examples
+    --------
+    >>> g = torch.Generator().manual_seed(0)
+    >>> f = BottomModel(2, [3, 5], embedding_dim=4, hidden=(8,), out_dim=6, generator=g)
+    >>> f(torch.zeros(7, 2), torch.zeros(7, 2, dtype=torch.long)).shape
+    torch.Size([7, 6])
+    """
+
+    offsets: Tensor
+
+    def __init__(
+        self,
+        num_numeric: int,
+        cardinalities: Sequence[int],
+        embedding_dim: int = 4,
+        hidden: Sequence[int] = (64,),
+        out_dim: int = 16,
+        *,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        self.num_numeric = _check_size("num_numeric", num_numeric, minimum=0)
+        self.cardinalities = tuple(
+            _check_size(f"cardinalities[{j}]", c) for j, c in enumerate(cardinalities)
+        )
+        self.embedding_dim = _check_size("embedding_dim", embedding_dim)
+        self.out_dim = _check_size("out_dim", out_dim)
+        hidden = _check_hidden(hidden)
+        if self.num_numeric == 0 and not self.cardinalities:
+            raise ConfigError(
+                "a bottom model needs at least one column, got num_numeric=0 and "
+                "no cardinalities"
+            )
+        num_cat = len(self.cardinalities)
+        self.embedding: nn.Embedding | None = None
+        self.in_dim = self.num_numeric + num_cat * self.embedding_dim
+        with _no_rng():
+            if num_cat:
+                self.embedding = nn.Embedding(
+                    sum(self.cardinalities), self.embedding_dim
+                )
+            self.mlp = _mlp(self.in_dim, hidden, self.out_dim)
+        starts = [0]
+        for c in self.cardinalities[:-1]:
+            starts.append(starts[-1] + c)
+        self.register_buffer(
+            "offsets",
+            torch.tensor(starts[:num_cat], dtype=torch.long),
+            persistent=False,
+        )
+        _reset(self, generator)
+
+    def forward(self, numeric: Tensor, categorical: Tensor) -> Tensor:
+        """Embed a batch.
+
+        Parameters
+        ----------
+        numeric : Tensor
+            ``(batch, num_numeric)`` floats (``(batch, 0)`` when there are none).
+        categorical : Tensor
+            ``(batch, num_categorical)`` integer codes (``(batch, 0)`` when none).
+
+        Returns
+        -------
+        Tensor
+            ``(batch, out_dim)`` cut-layer embeddings.
+
+        Raises
+        ------
+        ConfigError
+            If the inputs' shapes do not match the model.
+        """
+        n_cat = len(self.cardinalities)
+        if numeric.dim() != 2 or numeric.shape[1] != self.num_numeric:
+            raise ConfigError(
+                f"numeric must have shape (batch, {self.num_numeric}), got "
+                f"{tuple(numeric.shape)}"
+            )
+        if categorical.dim() != 2 or categorical.shape[1] != n_cat:
+            raise ConfigError(
+                f"categorical must have shape (batch, {n_cat}), got "
+                f"{tuple(categorical.shape)}"
+            )
+        if numeric.shape[0] != categorical.shape[0]:
+            raise ConfigError(
+                f"numeric and categorical batch sizes differ: {numeric.shape[0]} "
+                f"vs {categorical.shape[0]}"
+            )
+        if self.embedding is None:
+            return self.mlp(numeric)
+        emb = self.embedding(categorical + self.offsets).flatten(start_dim=1)
+        x = torch.cat((numeric, emb), dim=1) if self.num_numeric else emb
+        return self.mlp(x)
+
+
+class TopModel(nn.Module):
+    """The label party's model ``h``: concatenated embeddings -> logits.
+
+    Parameters
+    ----------
+    in_dim : int
+        Width of the concatenated cut-layer embeddings of all parties.
+    hidden : sequence of int
+        Hidden-layer widths (ReLU between layers; may be empty).
+    num_outputs : int
+        Logits out: 1 for binary labels, ``k`` for ``k`` classes
+        (:func:`num_outputs_for`).
+    generator : torch.Generator, optional
+        Source of the initial weights; the global RNG when None.
+
+    Raises
+    ------
+    ConfigError
+        If a size is not a positive int (the message names it).
+
+    Examples
+    --------
+    >>> h = TopModel(12, hidden=(8,), num_outputs=1)
+    >>> h(torch.zeros(5, 12)).shape
+    torch.Size([5, 1])
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        hidden: Sequence[int] = (64,),
+        num_outputs: int = 1,
+        *,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        self.in_dim = _check_size("in_dim", in_dim)
+        self.num_outputs = _check_size("num_outputs", num_outputs)
+        hidden = _check_hidden(hidden)
+        with _no_rng():
+            self.mlp = _mlp(self.in_dim, hidden, self.num_outputs)
+        _reset(self, generator)
+
+    def forward(self, embeddings: Tensor) -> Tensor:
+        """Map ``(batch, in_dim)`` embeddings to ``(batch, num_outputs)`` logits.
+
+        Parameters
+        ----------
+        embeddings : Tensor
+            Concatenated cut-layer embeddings.
+
+        Returns
+        -------
+        Tensor
+            Logits.
+
+        Raises
+        ------
+        ConfigError
+            If the input width is not ``in_dim``.
+        """
+        if embeddings.dim() != 2 or embeddings.shape[1] != self.in_dim:
+            raise ConfigError(
+                f"embeddings must have shape (batch, {self.in_dim}), got "
+                f"{tuple(embeddings.shape)}"
+            )
+        return self.mlp(embeddings)

@@ -1,0 +1,298 @@
+"""The two roles of split learning as plain torch code (no Flower).
+
+* :class:`LabelParty` (P_L) holds the training labels, the top model ``h``, its
+  optimizer, the mechanism and the secret noise key. Given the non-label
+  parties' embeddings for a batch of sample ids, it runs GradPerturb, updates
+  ``h`` with the *perturbed* signal and returns the perturbed cut-layer
+  gradient: the only label-derived thing that ever leaves it (Yang et al.,
+  Algorithm 3 and Section 4.2).
+* :class:`NonLabelParty` (P_N) holds one vertical slice of the features and a
+  bottom model ``f``; it embeds sample ids and applies received gradients.
+
+The Flower roles (:mod:`tpsl_flwr.strategies`, :mod:`tpsl_flwr.simulations`)
+wrap these; so can any other transport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from tpsl_flwr.accounting import check_placement
+from tpsl_flwr.errors import ConfigError, PrivacyError
+from tpsl_flwr.keyed_noise import NoiseKey
+from tpsl_flwr.mechanisms import GaussianPerturb, Mechanism
+from tpsl_flwr.noisy_labels import (
+    STREAM_CUT_GAUSSIAN,
+    STREAM_TOP_UPDATE,
+    STREAM_TRANSCRIPT,
+    NoisyLabels,
+    draw_noisy_labels,
+)
+from tpsl_flwr.perturb import cut_placement_backward, logits_placement_backward
+from tpsl_flwr.validation import check_labels, check_sample_ids
+
+OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
+_STREAMS_PER_EPOCH = 4
+
+
+def adam(lr: float) -> OptimizerFactory:
+    """An optimizer factory: Adam with learning rate ``lr``."""
+    if not lr > 0:
+        raise ConfigError(f"lr must be > 0, got {lr}")
+    return lambda params: torch.optim.Adam(params, lr=lr)
+
+
+def noise_stream(base: int, epoch: int, reuse_noise: bool) -> int:
+    """The keyed-noise stream of ``base`` in ``epoch``.
+
+    With reuse (the paper's multi-epoch rule) every epoch uses the same stream,
+    so each sample gets the same noise every time; without it each epoch gets
+    fresh, independent noise (and the accounting composes).
+    """
+    return base if reuse_noise else base + _STREAMS_PER_EPOCH * (epoch + 1)
+
+
+class LabelParty:
+    """P_L: labels, top model, optimizer, mechanism and noise key.
+
+    Parameters
+    ----------
+    top
+        The top model ``h`` mapping concatenated embeddings to logits (one
+        logit for two classes, else ``k``).
+    labels
+        Training labels indexed by sample id (``labels[i]`` is sample ``i``'s).
+    mechanism
+        The GradPerturb mechanism (its ``num_classes`` must fit ``labels``).
+    key
+        The secret noise key (never leaves this object but for checkpoints
+        the label party writes for itself).
+    placement
+        ``"logits"`` (``epsilon``) or ``"cut"`` (``2 epsilon``).
+    optimizer
+        Factory building the top model's optimizer from its parameters.
+    reuse_noise
+        Draw each sample's noise once and reuse it in every epoch.
+    """
+
+    def __init__(
+        self,
+        top: nn.Module,
+        labels: np.ndarray,
+        mechanism: Mechanism,
+        key: NoiseKey,
+        placement: str = "logits",
+        optimizer: OptimizerFactory | None = None,
+        reuse_noise: bool = True,
+    ) -> None:
+        self.top = top
+        self.labels = check_labels(labels, mechanism.num_classes)
+        self.mechanism = mechanism
+        self.key = key
+        self.placement = check_placement(placement)
+        self.reuse_noise = reuse_noise
+        self.optimizer = (optimizer or adam(1e-3))(top.parameters())
+        self.steps = 0
+
+    @property
+    def num_outputs(self) -> int:
+        """Number of logits of the top model's head."""
+        return 1 if self.mechanism.is_binary else self.mechanism.num_classes
+
+    def _noisy(
+        self, ids: np.ndarray, base: int, epoch: int, width: int | None = None
+    ) -> NoisyLabels:
+        stream = noise_stream(base, epoch, self.reuse_noise)
+        return draw_noisy_labels(
+            self.mechanism, self.labels[ids], ids, self.key, stream, additive_dim=width
+        )
+
+    def check_ids(self, sample_ids: object) -> np.ndarray:
+        """Validate training sample ids against the labels held."""
+        ids = check_sample_ids(sample_ids)
+        if ids.max() >= self.labels.size:
+            raise ConfigError(
+                f"sample id {int(ids.max())} is outside the {self.labels.size} "
+                "training labels held by the label party"
+            )
+        return ids
+
+    def train_step(
+        self, sample_ids: object, embeddings: Tensor, epoch: int = 0
+    ) -> Tensor:
+        """One TPSL step: perturb, update the top model, return the gradient to send.
+
+        Parameters
+        ----------
+        sample_ids
+            ``(n,)`` training sample ids of the batch.
+        embeddings
+            ``(n, d)`` concatenated cut-layer embeddings of those samples.
+        epoch
+            The current epoch (selects the noise stream when noise is not reused).
+
+        Returns
+        -------
+        torch.Tensor
+            The perturbed cut-layer gradient ``(n, d)`` (float32).
+
+        Raises
+        ------
+        PrivacyError
+            If the embeddings are not finite or do not fit the batch; nothing
+            is updated or returned then (fail closed).
+        """
+        ids = self.check_ids(sample_ids)
+        emb = torch.as_tensor(embeddings, dtype=torch.float32)
+        if emb.ndim != 2 or emb.shape[0] != ids.size:
+            raise PrivacyError(
+                f"embeddings of shape {tuple(emb.shape)} do not fit a batch of "
+                f"{ids.size} sample ids"
+            )
+        if not torch.isfinite(emb).all():
+            raise PrivacyError("embeddings contain NaN or inf")
+        self.optimizer.zero_grad()
+        transcript_width = None
+        if self.placement == "cut" and isinstance(self.mechanism, GaussianPerturb):
+            transcript_width = emb.shape[1]
+        base = STREAM_CUT_GAUSSIAN if transcript_width else STREAM_TRANSCRIPT
+        transcript = self._noisy(ids, base, epoch, transcript_width)
+        if self.placement == "logits":
+            grad, _ = logits_placement_backward(self.top, emb, transcript)
+        else:
+            update = self._noisy(ids, STREAM_TOP_UPDATE, epoch)
+            grad, _ = cut_placement_backward(self.top, emb, transcript, update)
+        if not torch.isfinite(grad).all():
+            self.optimizer.zero_grad()
+            raise PrivacyError("the perturbed gradient is not finite; nothing sent")
+        self.optimizer.step()
+        self.steps += 1
+        return grad.to(torch.float32)
+
+    @torch.no_grad()
+    def predict(self, embeddings: Tensor) -> np.ndarray:
+        """Class probabilities ``(n, k)`` for embeddings (evaluation only)."""
+        logits = self.top(torch.as_tensor(embeddings, dtype=torch.float32))
+        if logits.shape[1] == 1:
+            positive = torch.sigmoid(logits[:, 0])
+            return torch.stack([1 - positive, positive], dim=1).numpy()
+        return torch.softmax(logits, dim=1).numpy()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume (kept by the label party only)."""
+        return {
+            "top": self.top.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "steps": self.steps,
+            "key": self.key.to_hex(),
+            "key_secure": self.key.secure,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; the key must be the same one."""
+        saved = NoiseKey.from_hex(state["key"], secure=state["key_secure"])
+        if saved.key != self.key.key:
+            raise ConfigError(
+                "the checkpoint was written with another noise key "
+                f"(fingerprint {saved.fingerprint}, this run {self.key.fingerprint})"
+            )
+        self.top.load_state_dict(state["top"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = int(state["steps"])
+
+
+class NonLabelParty:
+    """P_N: vertical feature slices (by split) and a bottom model.
+
+    Parameters
+    ----------
+    features
+        ``split -> (numeric, categorical)`` arrays indexed by sample id; the
+        ``"train"`` split is the one gradients apply to.
+    bottom
+        The bottom model ``f(numeric, categorical) -> (n, d)``.
+    optimizer
+        Factory building the bottom model's optimizer.
+    """
+
+    def __init__(
+        self,
+        features: dict[str, tuple[np.ndarray, np.ndarray]],
+        bottom: nn.Module,
+        optimizer: OptimizerFactory | None = None,
+    ) -> None:
+        self.features: dict[str, tuple[Tensor, Tensor]] = {}
+        for split, (numeric, categorical) in features.items():
+            num = torch.as_tensor(np.asarray(numeric, dtype=np.float32))
+            cat = torch.as_tensor(np.asarray(categorical, dtype=np.int64))
+            if num.shape[0] != cat.shape[0]:
+                raise ConfigError(
+                    f"{split}: numeric ({num.shape[0]} rows) and categorical "
+                    f"({cat.shape[0]} rows) features disagree"
+                )
+            self.features[split] = (num, cat)
+        self.bottom = bottom
+        self.optimizer = (optimizer or adam(1e-3))(bottom.parameters())
+
+    def num_samples(self, split: str = "train") -> int:
+        """Number of samples of ``split`` whose features this party holds."""
+        return int(self._split(split)[0].shape[0])
+
+    def _split(self, split: str) -> tuple[Tensor, Tensor]:
+        if split not in self.features:
+            raise ConfigError(
+                f"unknown split {split!r}; this party holds {sorted(self.features)}"
+            )
+        return self.features[split]
+
+    def _forward(self, sample_ids: object, split: str) -> Tensor:
+        numeric, categorical = self._split(split)
+        ids = check_sample_ids(sample_ids)
+        if ids.max() >= numeric.shape[0]:
+            raise ConfigError(
+                f"sample id {int(ids.max())} is not in this party's {split} "
+                f"partition ({numeric.shape[0]} samples)"
+            )
+        rows = torch.as_tensor(ids)
+        return self.bottom(numeric[rows], categorical[rows])
+
+    def embed(self, sample_ids: object, split: str = "train") -> Tensor:
+        """Embeddings ``(n, d)`` of the given samples (no graph kept)."""
+        with torch.no_grad():
+            return self._forward(sample_ids, split)
+
+    def apply_gradient(self, sample_ids: object, gradient: object) -> None:
+        """Back-propagate a received cut-layer gradient and step the optimizer.
+
+        The forward pass is recomputed for ``sample_ids`` (the bottom model is
+        deterministic), so no graph needs to be kept between messages.
+        """
+        out = self._forward(sample_ids, "train")
+        grad = torch.as_tensor(gradient, dtype=torch.float32)
+        if grad.shape != out.shape:
+            raise ConfigError(
+                f"received gradient of shape {tuple(grad.shape)} for embeddings of "
+                f"shape {tuple(out.shape)}"
+            )
+        if not torch.isfinite(grad).all():
+            raise ConfigError("received gradient contains NaN or inf")
+        self.optimizer.zero_grad()
+        out.backward(grad)
+        self.optimizer.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Bottom model and optimizer state."""
+        return {
+            "bottom": self.bottom.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.bottom.load_state_dict(state["bottom"])
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,134 @@
+"""The experiment configuration: Flower run config (kebab-case) <-> typed dataclass.
+
+Parsed once, as Flower baselines do: ``[tool.flwr.app.config]`` in
+``pyproject.toml`` gives the defaults, ``flwr run --run-config`` and
+``tpsl-flwr simulate`` flags override them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tpsl_flwr.accounting import check_placement
+from tpsl_flwr.data import DATASETS
+from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.keyed_noise import NoiseKey
+from tpsl_flwr.mechanisms import Mechanism, make_mechanism
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """One TPSL experiment.
+
+    ``epsilon`` applies to ``laplace``/``discrete``, ``sigma`` to ``gaussian``.
+    ``noise_seed < 0`` draws the noise key from the OS (secure); a seed makes
+    the noise reproducible and is reported as not secure. ``rows <= 0`` means
+    the dataset's default size.
+    """
+
+    dataset: str = "synthetic-ctr"
+    rows: int = 0
+    test_fraction: float = 0.2
+    mechanism: str = "laplace"
+    epsilon: float = 1.0
+    sigma: float = 1.0
+    placement: str = "logits"
+    reuse_noise: bool = True
+    epochs: int = 3
+    batch_size: int = 64
+    lr: float = 1e-2
+    steps_per_message: int = 1
+    num_parties: int = 2
+    embedding_dim: int = 16
+    bottom_hidden: int = 64
+    top_hidden: int = 64
+    seed: int = 0
+    noise_seed: int = -1
+    out_dir: str = "outputs"
+    checkpoint: bool = True
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dataset not in DATASETS:
+            raise ConfigError(
+                f"unknown dataset {self.dataset!r}; "
+                f"valid datasets: {', '.join(DATASETS)}"
+            )
+        check_placement(self.placement)
+        for name in (
+            "epochs",
+            "batch_size",
+            "steps_per_message",
+            "num_parties",
+            "embedding_dim",
+            "bottom_hidden",
+            "top_hidden",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"{name.replace('_', '-')} must be an integer >= 1, got {value!r}"
+                )
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        self.make_mechanism(2)  # validates mechanism, epsilon / sigma
+
+    def make_mechanism(self, num_classes: int) -> Mechanism:
+        """The configured mechanism for ``num_classes`` classes."""
+        if self.mechanism in ("laplace", "discrete"):
+            return make_mechanism(
+                self.mechanism, epsilon=self.epsilon, num_classes=num_classes
+            )
+        if self.mechanism == "gaussian":
+            return make_mechanism("gaussian", sigma=self.sigma, num_classes=num_classes)
+        return make_mechanism(self.mechanism, num_classes=num_classes)
+
+    def make_key(self) -> NoiseKey:
+        """The noise key: from the OS, or from ``noise_seed`` (not secure)."""
+        if self.noise_seed < 0:
+            return NoiseKey.from_os()
+        return NoiseKey.from_seed(self.noise_seed)
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> ExperimentConfig:
+        """Parse a Flower run config (kebab-case keys); unknown keys are errors."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for key, raw in run_config.items():
+            name = key.replace("-", "_")
+            if name not in fields:
+                valid = ", ".join(sorted(n.replace("_", "-") for n in fields))
+                raise ConfigError(
+                    f"unknown run-config key {key!r}; valid keys: {valid}"
+                )
+            values[name] = _coerce(key, raw, fields[name].type)
+        return cls(**values)
+
+    def to_run_config(self) -> dict[str, Any]:
+        """The kebab-case run config Flower passes to both apps."""
+        return {k.replace("_", "-"): v for k, v in dataclasses.asdict(self).items()}
+
+
+def _coerce(key: str, raw: Any, kind: object) -> Any:
+    kind_name = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    try:
+        if kind_name == "bool":
+            if isinstance(raw, str):
+                if raw.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(raw)
+                return raw.lower() in ("true", "1")
+            return bool(raw)
+        if kind_name == "int":
+            if isinstance(raw, float) and not raw.is_integer():
+                raise ValueError(raw)
+            return int(raw)
+        if kind_name == "float":
+            return float(raw)
+        return str(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"run-config {key} must be a {kind_name}, got {raw!r}"
+        ) from None

@@ -1,0 +1,520 @@
+"""In-process Flower engine: a ``Grid`` that calls the ClientApp directly.
+
+:class:`InProcessGrid` implements :class:`flwr.serverapp.Grid` for N virtual
+nodes living in the current process. Each node has its own persistent
+:class:`flwr.app.Context` (``node_config`` with ``partition-id`` and
+``num-partitions``, a ``state`` that survives across messages, the run config),
+and every pushed message is delivered synchronously by calling the very same
+``ClientApp`` object that Flower's Ray simulation and SuperNodes load, so one
+ServerApp/ClientApp pair runs unchanged on all three engines.
+
+What it mirrors from Flower 1.42 (read from ``superlink/grid/inmemory_grid.py``,
+``server/superlink/fleet/vce/vce_api.py`` and ``supernode/runtime/run_clientapp.py``):
+
+- node ids are random unsigned 64-bit integers, never ``0..N-1``;
+- instruction messages are validated with Flower's own ``validate_message``;
+- an exception in a ClientApp handler becomes an error reply
+  (``ErrorCode.CLIENT_APP_RAISED_EXCEPTION``, reason
+  ``"<class 'RuntimeError'>:<'...'>"``) and the node's context is *not* updated;
+- replies carry ``metadata.src_node_id`` and ``reply_to_message_id`` and come
+  back in no particular order (shuffled by default);
+- the ClientApp sees a copy of the message and of its context, as it would
+  after (de)serialisation, so only ``context.state`` persists between messages.
+
+It is a test and sweep engine: there is no network, no TTL wait, no polling
+(``send_and_receive`` returns as soon as every node has answered), and all nodes
+run one after another in the order the messages were pushed.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from logging import ERROR
+from typing import Any
+from uuid import uuid4
+
+from flwr.app import Context, Error, Message, RecordDict, UserConfig, UserConfigValue
+from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
+from flwr.common.logger import log
+from flwr.server.utils.validator import validate_message
+from flwr.serverapp import Grid, ServerApp
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+
+__all__ = [
+    "ClientAppCallable",
+    "InProcessGrid",
+    "MessageHook",
+    "ServerMain",
+    "VirtualNode",
+    "run_inprocess",
+]
+
+ClientAppCallable = Callable[[Message, Context], Message]
+"""Anything called like a ClientApp: ``flwr.clientapp.ClientApp`` or a function."""
+
+ServerMain = Callable[[Grid, Context], Any]
+"""A function decorated with ``@app.main()`` (``main(grid, context)``)."""
+
+MessageHook = Callable[[Message], None]
+"""Callback that observes a message (it must not modify it)."""
+
+_SERVER_CONTEXT_NODE_ID = 0
+_ID_EXCLUDE = frozenset({0, SUPERLINK_NODE_ID})
+
+
+@dataclass
+class VirtualNode:
+    """One virtual SuperNode of an :class:`InProcessGrid`.
+
+    Parameters
+    ----------
+    node_id : int
+        Random unsigned 64-bit node id, as Flower assigns it.
+    partition_id : int
+        The node's ``node_config["partition-id"]``.
+    context : Context
+        The node's persistent context; ``context.state`` carries over between
+        the messages this node handles.
+    """
+
+    node_id: int
+    partition_id: int
+    context: Context
+
+
+class InProcessGrid(Grid):
+    """A ``Grid`` whose N nodes run a ClientApp synchronously in this process.
+
+    Parameters
+    ----------
+    client_app : ClientAppCallable
+        The ``ClientApp`` (or any ``f(message, context) -> Message``).
+    num_nodes : int
+        Number of virtual nodes (non-label parties), at least 1.
+    run_config : Mapping[str, UserConfigValue] | None
+        Run config every node (and the server context) sees.
+    node_configs : Sequence[Mapping[str, UserConfigValue]] | None
+        Extra per-node config, one mapping per node, merged over the default
+        ``{"partition-id": i, "num-partitions": num_nodes}``.
+    seed : int | None
+        Seed of the generator that draws node ids, the run id and the reply
+        order. ``None`` draws fresh ones every time, as Flower does.
+    shuffle_replies : bool
+        Return replies in a random order (Flower guarantees no order).
+    copy_messages : bool
+        Hand the ClientApp a deep copy of each message and of its context, and
+        the server a deep copy of each reply, so that no object is shared
+        between the parties (Flower serialises them) and a failed handler
+        leaves the node's state untouched. Array payloads are immutable bytes
+        and are not duplicated, so this is cheap. With ``False`` the handler
+        works on the node's context itself (faster; a failure may leave a
+        half-updated state).
+    strict : bool
+        Raise ``ValueError`` on a message Flower would reject. With ``False``
+        the message is logged and dropped, as Flower's grids do.
+    record_messages : bool
+        Keep every delivered message in :attr:`sent_messages` and every reply
+        in :attr:`received_replies` (for transcript tests; memory grows).
+    on_message : MessageHook | None
+        Called with every message as it is delivered to a node.
+    on_reply : MessageHook | None
+        Called with every reply as the node produces it.
+
+    Raises
+    ------
+    ValueError
+        If ``num_nodes < 1`` or ``node_configs`` has the wrong length.
+
+    Examples
+    --------
+    >>> from flwr.app import ConfigRecord, Message, RecordDict
+    >>> def echo(msg, context):
+    ...     pid = context.node_config["partition-id"]
+    ...     return Message(RecordDict({"r": ConfigRecord({"p": pid})}), reply_to=msg)
+    >>> def main(grid, context):
+    ...     msgs = [
+    ...         Message(RecordDict(), dst_node_id=n, message_type="query")
+    ...         for n in grid.get_node_ids()
+    ...     ]
+    ...     return sorted(r.content["r"]["p"] for r in grid.send_and_receive(msgs))
+    >>> run_inprocess(main, echo, num_nodes=3)
+    [0, 1, 2]
+    """
+
+    def __init__(
+        self,
+        client_app: ClientAppCallable,
+        num_nodes: int,
+        *,
+        run_config: Mapping[str, UserConfigValue] | None = None,
+        node_configs: Sequence[Mapping[str, UserConfigValue]] | None = None,
+        seed: int | None = None,
+        shuffle_replies: bool = True,
+        copy_messages: bool = True,
+        strict: bool = True,
+        record_messages: bool = False,
+        on_message: MessageHook | None = None,
+        on_reply: MessageHook | None = None,
+    ) -> None:
+        if num_nodes < 1:
+            raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+        if node_configs is not None and len(node_configs) != num_nodes:
+            raise ValueError(
+                f"node_configs must have one entry per node ({num_nodes}), "
+                f"got {len(node_configs)}"
+            )
+        self._client_app = client_app
+        self._rng = random.Random(seed)
+        self._shuffle = shuffle_replies
+        self._copy = copy_messages
+        self._strict = strict
+        self._record = record_messages
+        self._on_message = on_message
+        self._on_reply = on_reply
+        self.run_config: UserConfig = dict(run_config or {})
+        self.sent_messages: list[Message] = []
+        self.received_replies: list[Message] = []
+        self._replies: dict[str, Message] = {}
+
+        run_id = self._draw_id(set())
+        self._run = Run.create_empty(run_id=run_id)
+        self._run.fab_id = "tpsl-flwr/inprocess"
+        self._run.override_config = dict(self.run_config)
+        self._task_id = self._draw_id(set())
+
+        self._nodes: dict[int, VirtualNode] = {}
+        for partition_id in range(num_nodes):
+            node_id = self._draw_id(set(self._nodes))
+            node_config: UserConfig = {
+                "partition-id": partition_id,
+                "num-partitions": num_nodes,
+            }
+            if node_configs is not None:
+                node_config.update(node_configs[partition_id])
+            context = Context(
+                run_id=run_id,
+                node_id=node_id,
+                node_config=node_config,
+                state=RecordDict(),
+                run_config=dict(self.run_config),
+            )
+            self._nodes[node_id] = VirtualNode(node_id, partition_id, context)
+
+    # ------------------------------------------------------------------ Grid API
+    def set_run(self, run: Run) -> None:
+        """Replace the run information (its ``run_id`` must not change)."""
+        if not isinstance(run, Run):
+            raise TypeError(f"`run` must be an instance of Run, got {type(run)}")
+        if run.run_id != self._run.run_id:
+            raise ValueError(f"run_id must stay {self._run.run_id}, got {run.run_id}")
+        self._run = run
+
+    @property
+    def run(self) -> Run:
+        """Run information (a copy)."""
+        return Run(**vars(self._run))
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        """Create an instruction message (deprecated in Flower; kept for parity).
+
+        Parameters
+        ----------
+        content : RecordDict
+            Records sent to the node.
+        message_type : str
+            ``train``, ``evaluate``, ``query`` or ``<category>.<action>``.
+        dst_node_id : int
+            Destination node id.
+        group_id : str
+            Group (e.g. round) the message belongs to.
+        ttl : float | None
+            Time to live in seconds; Flower's default when ``None``.
+
+        Returns
+        -------
+        Message
+            The new message, ready for :meth:`push_messages`.
+        """
+        with self.server_identity():
+            return Message(
+                content, dst_node_id, message_type, ttl=ttl, group_id=group_id
+            )
+
+    def get_node_ids(self) -> Iterable[int]:
+        """Return the ids of all virtual nodes."""
+        return list(self._nodes)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Deliver each message to its node now and store the reply.
+
+        Parameters
+        ----------
+        messages : Iterable[Message]
+            Instruction messages, each with a ``dst_node_id`` of this grid.
+
+        Returns
+        -------
+        Iterable[str]
+            Ids of the accepted messages, to pass to :meth:`pull_messages`.
+
+        Raises
+        ------
+        ValueError
+            If a message is invalid and ``strict`` is set.
+        """
+        message_ids: list[str] = []
+        for msg in messages:
+            msg.metadata.__dict__["_message_id"] = uuid4().hex
+            problems = self._problems(msg)
+            if problems:
+                if self._strict:
+                    raise ValueError(f"Invalid message {msg.metadata}: {problems}")
+                log(ERROR, "Dropping invalid message: %s", problems)
+                continue
+            self._replies[msg.metadata.message_id] = self._deliver(msg)
+            message_ids.append(msg.metadata.message_id)
+        return message_ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Return (and forget) the replies to the given message ids.
+
+        Parameters
+        ----------
+        message_ids : Iterable[str]
+            Ids returned by :meth:`push_messages`; unknown ids are ignored.
+
+        Returns
+        -------
+        Iterable[Message]
+            The available replies, in no particular order.
+        """
+        replies = [
+            self._replies.pop(mid) for mid in list(message_ids) if mid in self._replies
+        ]
+        if self._shuffle:
+            self._rng.shuffle(replies)
+        return replies
+
+    def send_and_receive(
+        self,
+        messages: Iterable[Message],
+        *,
+        timeout: float | None = None,
+    ) -> Iterable[Message]:
+        """Push messages and return all their replies (``timeout`` is unused).
+
+        Parameters
+        ----------
+        messages : Iterable[Message]
+            Instruction messages.
+        timeout : float | None
+            Accepted for API parity; every reply is ready when this returns.
+
+        Returns
+        -------
+        Iterable[Message]
+            One reply (content or error) per accepted message, in no order.
+        """
+        del timeout
+        return self.pull_messages(self.push_messages(messages))
+
+    # ------------------------------------------------------------ conveniences
+    @property
+    def nodes(self) -> tuple[VirtualNode, ...]:
+        """The virtual nodes, ordered by partition id."""
+        return tuple(self._nodes.values())
+
+    def partition_of(self, node_id: int) -> int:
+        """Return the partition id of ``node_id``."""
+        return self._nodes[node_id].partition_id
+
+    def node_context(self, node_id: int) -> Context:
+        """Return the persistent context of ``node_id`` (for inspection)."""
+        return self._nodes[node_id].context
+
+    def server_context(self) -> Context:
+        """Return a fresh server-side context carrying the run config."""
+        return Context(
+            run_id=self._run.run_id,
+            node_id=_SERVER_CONTEXT_NODE_ID,
+            node_config={},
+            state=RecordDict(),
+            run_config=dict(self.run_config),
+        )
+
+    def run_server(self, server_main: ServerApp | ServerMain) -> Any:
+        """Run a ServerApp main function against this grid.
+
+        Parameters
+        ----------
+        server_main : ServerApp | ServerMain
+            A ``ServerApp`` whose ``@app.main()`` is registered, or the plain
+            ``main(grid, context)`` function.
+
+        Returns
+        -------
+        Any
+            What the main function returns (``None`` for a legacy ServerApp).
+        """
+        context = self.server_context()
+        with self.server_identity():
+            if not isinstance(server_main, ServerApp):
+                return server_main(self, context)
+            main_fn: ServerMain | None = getattr(server_main, "_main", None)
+            if main_fn is None:  # legacy server_fn ServerApp: returns nothing
+                server_main(self, context)
+                return None
+            with server_main._lifespan(context):
+                return main_fn(self, context)
+
+    # ----------------------------------------------------------------- helpers
+    def _draw_id(self, taken: set[int]) -> int:
+        while True:
+            value = self._rng.getrandbits(64)
+            if value not in _ID_EXCLUDE and value not in taken:
+                return value
+
+    def _problems(self, msg: Message) -> list[str]:
+        problems = list(validate_message(msg, is_reply_message=False))
+        if msg.metadata.run_id != self._run.run_id:
+            problems.append(f"run_id {msg.metadata.run_id} is not this run's")
+        if msg.metadata.dst_node_id not in self._nodes:
+            problems.append(f"unknown dst_node_id {msg.metadata.dst_node_id}")
+        return problems
+
+    def _deliver(self, msg: Message) -> Message:
+        node = self._nodes[msg.metadata.dst_node_id]
+        incoming = copy.deepcopy(msg) if self._copy else msg
+        if self._record:
+            self.sent_messages.append(incoming)
+        if self._on_message is not None:
+            self._on_message(incoming)
+        ctx = node.context
+        if self._copy:
+            ctx = Context(
+                run_id=ctx.run_id,
+                node_id=ctx.node_id,
+                node_config=dict(ctx.node_config),
+                state=copy.deepcopy(ctx.state),
+                run_config=dict(ctx.run_config),
+            )
+        try:
+            with _identity(self._run.run_id, node.node_id, self._draw_id(set())):
+                reply = self._client_app(incoming, ctx)
+            _check_reply(reply, incoming)
+        except Exception as ex:  # reported as an error reply, as Flower does
+            log(ERROR, "ClientApp raised an exception", exc_info=ex)
+            reason = str(type(ex)) + ":<'" + str(ex) + "'>"
+            err = Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason)
+            reply = Message(err, reply_to=incoming)
+            reply.metadata.__dict__["_message_id"] = uuid4().hex
+        else:  # only a successful call updates the node's context
+            node.context.state = ctx.state
+        if self._copy:
+            reply = copy.deepcopy(reply)
+        if self._record:
+            self.received_replies.append(reply)
+        if self._on_reply is not None:
+            self._on_reply(reply)
+        return reply
+
+    def server_identity(self) -> AbstractContextManager[None]:
+        """Return a context manager that lets this code build server messages.
+
+        ``Message(content, dst_node_id, message_type)`` reads Flower's
+        process-wide ``TaskIdentity``; :meth:`run_server` sets it for the main
+        function, and tests that drive the grid by hand wrap their code in
+        ``with grid.server_identity():``.
+
+        Returns
+        -------
+        AbstractContextManager[None]
+            Sets the identity on entry and restores the previous one on exit.
+        """
+        return _identity(self._run.run_id, SUPERLINK_NODE_ID, self._task_id)
+
+
+def _check_reply(reply: object, msg: Message) -> None:
+    """Raise ``TypeError``/``ValueError`` unless ``reply`` validly answers ``msg``.
+
+    Gives the reply its message id and applies Flower's reply validation.
+    """
+    if not isinstance(reply, Message):
+        raise TypeError(f"ClientApp must return a Message, got {type(reply)}")
+    if reply.metadata.reply_to_message_id != msg.metadata.message_id:
+        raise ValueError(
+            "ClientApp returned a message that is not a reply to the one it got; "
+            "build it with Message(content, reply_to=message)"
+        )
+    reply.metadata.__dict__["_message_id"] = uuid4().hex
+    problems = validate_message(reply, is_reply_message=True)
+    if problems:
+        raise ValueError(f"invalid reply: {problems}")
+
+
+@contextmanager
+def _identity(run_id: int, node_id: int, task_id: int) -> Iterator[None]:
+    """Set Flower's process-wide ``TaskIdentity`` and restore it afterwards."""
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = (
+        run_id,
+        node_id,
+        task_id,
+    )
+    try:
+        yield
+    finally:
+        TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+def run_inprocess(
+    server_main: ServerApp | ServerMain,
+    client_app: ClientAppCallable,
+    num_nodes: int,
+    run_config: Mapping[str, UserConfigValue] | None = None,
+    node_configs: Sequence[Mapping[str, UserConfigValue]] | None = None,
+    **grid_options: Any,
+) -> Any:
+    """Run a ServerApp and a ClientApp in this process with ``num_nodes`` nodes.
+
+    Parameters
+    ----------
+    server_main : ServerApp | ServerMain
+        ``ServerApp`` with a registered ``@app.main()``, or the plain function.
+    client_app : ClientAppCallable
+        The ``ClientApp``.
+    num_nodes : int
+        Number of virtual nodes.
+    run_config : Mapping[str, UserConfigValue] | None
+        The run config (kebab-case keys, as in ``[tool.flwr.app.config]``).
+    node_configs : Sequence[Mapping[str, UserConfigValue]] | None
+        Extra per-node config, merged over ``partition-id``/``num-partitions``.
+    **grid_options : Any
+        Keyword options of :class:`InProcessGrid` (``seed``, ``on_message``,
+        ``record_messages``, ...).
+
+    Returns
+    -------
+    Any
+        Whatever the main function returns.
+    """
+    grid = InProcessGrid(
+        client_app,
+        num_nodes,
+        run_config=run_config,
+        node_configs=node_configs,
+        **grid_options,
+    )
+    return grid.run_server(server_main)

@@ -1,0 +1,461 @@
+"""TPSLStrategy: the label party of vertical split learning as a Flower Strategy.
+
+One Flower round trip per step (or per ``K`` steps): ``configure_train`` sends
+each non-label node its slice of the *perturbed* cut-layer gradient of the
+previous step together with the sample ids of the next step;
+``aggregate_train`` concatenates the returned embeddings, runs the top model,
+applies GradPerturb (Yang et al., Algorithm 3 / Section 4.2) and stashes the
+next gradients. Test embeddings come back through ``query`` messages and test
+metrics are computed at the label party only: nothing derived from labels but
+the perturbed gradients ever leaves it.
+
+With ``steps_per_message = K > 1`` a message carries ``K`` batches: the node
+embeds all ``K`` with the same bottom parameters, so batch ``j`` of a message
+is embedded ``j`` bottom updates earlier than sequential split learning would
+(staleness up to ``K - 1`` steps), and when the node applies the ``K``
+gradients it recomputes each batch's forward pass with its current, already
+updated, parameters. ``K = 1`` is exact sequential split learning.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from logging import INFO, WARNING
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
+
+from tpsl_flwr import protocol as P
+from tpsl_flwr.accounting import privacy_spent
+from tpsl_flwr.errors import ConfigError, ProtocolError
+from tpsl_flwr.metrics import classification_metrics
+from tpsl_flwr.parties import LabelParty
+
+EpochCallback = Callable[[int, dict[str, Any]], None]
+
+
+@dataclass
+class _Node:
+    node_id: int
+    partition: int
+    width: int
+    offset: int
+
+
+@dataclass
+class _StepState:
+    epoch: int = 0
+    batches: list[np.ndarray] = field(default_factory=list)
+    cursor: int = 0
+    in_flight: list[np.ndarray] = field(default_factory=list)
+    pending: list[tuple[np.ndarray, torch.Tensor]] = field(default_factory=list)
+    samples: int = 0
+
+
+class TPSLStrategy(Strategy):
+    """The label party P_L as a Flower strategy.
+
+    Parameters
+    ----------
+    label_party
+        Labels, top model, optimizer, mechanism and noise key.
+    test_labels
+        Labels of the test samples (ids ``0..n_test-1`` at every node), for
+        evaluation at the label party; ``None`` skips evaluation.
+    batch_size
+        Samples per step.
+    epochs
+        Passes over the training ids (one Flower "round" of this strategy).
+    steps_per_message
+        ``K`` batches per message (see the module docstring on staleness).
+    order_seed
+        Seed of the per-epoch shuffle of sample ids (label-independent).
+    num_nodes
+        Non-label parties to wait for; ``None`` uses those present at start.
+    on_epoch_end
+        Called with ``(epoch, record)`` after each epoch's evaluation (e.g. to
+        checkpoint); ``record`` is the epoch's history entry.
+    node_wait
+        Seconds to wait for ``num_nodes`` nodes to register.
+    """
+
+    def __init__(
+        self,
+        label_party: LabelParty,
+        *,
+        test_labels: np.ndarray | None = None,
+        batch_size: int = 256,
+        epochs: int = 1,
+        steps_per_message: int = 1,
+        order_seed: int = 0,
+        num_nodes: int | None = None,
+        on_epoch_end: EpochCallback | None = None,
+        node_wait: float = 60.0,
+    ) -> None:
+        for name, value in (
+            ("batch_size", batch_size),
+            ("epochs", epochs),
+            ("steps_per_message", steps_per_message),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if num_nodes is not None and num_nodes < 1:
+            raise ConfigError(f"num_nodes must be >= 1, got {num_nodes}")
+        self.party = label_party
+        self.test_labels = test_labels
+        self.batch_size = batch_size
+        self.epochs = epochs
+        self.steps_per_message = steps_per_message
+        self.order_seed = order_seed
+        self.num_nodes = num_nodes
+        self.on_epoch_end = on_epoch_end
+        self.node_wait = node_wait
+        self.nodes: list[_Node] = []
+        self.history: list[dict[str, Any]] = []
+        self.start_epoch = 0
+        self._state = _StepState()
+
+    # ------------------------------------------------------------------ setup
+    @property
+    def num_train(self) -> int:
+        """Number of training samples (the label party's labels)."""
+        return int(self.party.labels.size)
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """The epoch's batches: a shuffle seeded by ``(order_seed, epoch)`` only."""
+        order = np.random.default_rng([self.order_seed, epoch]).permutation(
+            self.num_train
+        )
+        return [
+            order[i : i + self.batch_size]
+            for i in range(0, order.size, self.batch_size)
+        ]
+
+    def summary(self) -> None:
+        """Log the strategy's settings as a tree, like Flower's DP wrappers."""
+        spent = privacy_spent(
+            self.party.mechanism,
+            self.party.placement,
+            self.epochs,
+            self.party.reuse_noise,
+        )
+        mech = self.party.mechanism
+        param = (
+            f"sigma={mech.sigma}"
+            if hasattr(mech, "sigma")
+            else f"epsilon={mech.epsilon}"
+        )
+        log(
+            INFO,
+            "\t├── Mechanism: %s (%s, classes=%s)",
+            mech.name,
+            param,
+            mech.num_classes,
+        )
+        log(
+            INFO,
+            "\t├── Placement: %s, noise reused across epochs: %s",
+            self.party.placement,
+            self.party.reuse_noise,
+        )
+        log(INFO, "\t├── Epsilon spent per label: %s", spent.epsilon)
+        log(
+            INFO,
+            "\t├── Noise key: %s (fingerprint %s)",
+            "secure" if self.party.key.secure else "SEEDED, NOT SECURE",
+            self.party.key.fingerprint,
+        )
+        log(
+            INFO,
+            "\t└── Epochs %s, batch size %s, steps per message %s",
+            self.epochs,
+            self.batch_size,
+            self.steps_per_message,
+        )
+        for note in spent.notes:
+            log(WARNING, "%s", note)
+
+    def connect(
+        self, grid: Grid, timeout: float, resume_epoch: int | None = None
+    ) -> None:
+        """Wait for the nodes, learn each one's partition and embedding width."""
+        deadline = time.monotonic() + self.node_wait
+        node_ids = list(grid.get_node_ids())
+        while self.num_nodes is not None and len(node_ids) < self.num_nodes:
+            if time.monotonic() > deadline:
+                raise ProtocolError(
+                    f"expected {self.num_nodes} non-label nodes, only {len(node_ids)} "
+                    f"registered within {self.node_wait:g} s"
+                )
+            time.sleep(0.2)
+            node_ids = list(grid.get_node_ids())
+        if not node_ids:
+            raise ProtocolError("no non-label nodes are connected")
+        config = ConfigRecord(
+            {} if resume_epoch is None else {P.RESUME_EPOCH: resume_epoch}
+        )
+        messages = [
+            Message(
+                RecordDict({P.CONFIG: config}), dst_node_id=n, message_type=P.MSG_HELLO
+            )
+            for n in node_ids
+        ]
+        replies = self._replies(
+            grid.send_and_receive(messages, timeout=timeout), node_ids
+        )
+        described = []
+        for node_id, reply in replies.items():
+            info = reply.content.config_records.get(P.NODE)
+            if info is None:
+                raise ProtocolError(f"node {node_id} did not describe itself")
+            described.append(
+                (
+                    P.as_int(info[P.PARTITION_ID], "partition-id"),
+                    node_id,
+                    P.as_int(info[P.EMBEDDING_DIM], "embedding-dim"),
+                )
+            )
+        described.sort()
+        partitions = [p for p, _, _ in described]
+        if partitions != list(range(len(described))):
+            raise ProtocolError(
+                f"nodes report partitions {partitions}; "
+                f"expected 0..{len(described) - 1}"
+            )
+        offset, self.nodes = 0, []
+        for partition, node_id, width in described:
+            self.nodes.append(_Node(node_id, partition, width, offset))
+            offset += width
+        top_in = getattr(self.party.top, "in_dim", offset)
+        if top_in != offset:
+            raise ConfigError(
+                f"the top model takes {top_in} inputs but the {len(self.nodes)} nodes' "
+                f"embeddings add up to {offset}"
+            )
+
+    # --------------------------------------------------------------- messages
+    def _node_label(self, node_id: int) -> str:
+        for node in self.nodes:
+            if node.node_id == node_id:
+                return f"node {node_id} (partition {node.partition})"
+        return f"node {node_id}"
+
+    def _replies(
+        self, replies: Iterable[Message], expected: Iterable[int]
+    ) -> dict[int, Message]:
+        by_node: dict[int, Message] = {}
+        for reply in replies:
+            src = reply.metadata.src_node_id
+            if reply.has_error():
+                raise ProtocolError(
+                    f"{self._node_label(src)} replied with an error: "
+                    f"{reply.error.reason}"
+                )
+            by_node[src] = reply
+        missing = [n for n in expected if n not in by_node]
+        if missing:
+            names = ", ".join(self._node_label(n) for n in missing)
+            raise ProtocolError(f"no reply from {names} before the timeout")
+        return by_node
+
+    def _message(
+        self,
+        node: _Node,
+        message_type: str,
+        config: dict[str, Any],
+        new_ids: list[np.ndarray],
+    ) -> Message:
+        content = RecordDict({P.CONFIG: ConfigRecord(config)})
+        content[P.NEW_IDS] = ArrayRecord(
+            {
+                P.batch_key(j): Array(ids.astype(np.int64))
+                for j, ids in enumerate(new_ids)
+            }
+        )
+        grads: dict[str, Array] = {}
+        for j, (ids, grad) in enumerate(self._state.pending):
+            ids_key, grad_key = P.grad_keys(j)
+            grads[ids_key] = Array(ids.astype(np.int64))
+            piece = grad[:, node.offset : node.offset + node.width]
+            grads[grad_key] = Array(
+                np.ascontiguousarray(piece.numpy(), dtype=np.float32)
+            )
+        content[P.GRADS] = ArrayRecord(grads)
+        return Message(content, dst_node_id=node.node_id, message_type=message_type)
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Messages carrying the pending perturbed gradients and the next ids."""
+        state = self._state
+        state.in_flight = state.batches[
+            state.cursor : state.cursor + self.steps_per_message
+        ]
+        state.cursor += len(state.in_flight)
+        settings = {P.EPOCH: state.epoch, P.ROUND: server_round, P.SPLIT: "train"}
+        return [
+            self._message(n, P.MSG_TRAIN, settings, state.in_flight) for n in self.nodes
+        ]
+
+    def _embeddings(
+        self, replies: dict[int, Message], batches: list[np.ndarray]
+    ) -> list[torch.Tensor]:
+        out = []
+        for j, ids in enumerate(batches):
+            parts = []
+            for node in self.nodes:
+                record = replies[node.node_id].content.array_records.get(P.EMBEDDINGS)
+                key = P.batch_key(j)
+                if record is None or key not in record:
+                    raise ProtocolError(
+                        f"{self._node_label(node.node_id)} sent no embeddings for {key}"
+                    )
+                emb = record[key].numpy()
+                if emb.shape != (ids.size, node.width):
+                    raise ProtocolError(
+                        f"{self._node_label(node.node_id)} sent embeddings of shape "
+                        f"{emb.shape} for {key}; expected {(ids.size, node.width)}"
+                    )
+                if not np.all(np.isfinite(emb)):
+                    raise ProtocolError(
+                        f"{self._node_label(node.node_id)} sent NaN or inf "
+                        f"embeddings for {key}"
+                    )
+                parts.append(torch.as_tensor(emb, dtype=torch.float32))
+            out.append(torch.cat(parts, dim=1))
+        return out
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Run GradPerturb steps on the returned embeddings; stash the gradients."""
+        state = self._state
+        by_node = self._replies(replies, [n.node_id for n in self.nodes])
+        embeddings = self._embeddings(by_node, state.in_flight)
+        state.pending = []
+        for ids, emb in zip(state.in_flight, embeddings, strict=True):
+            grad = self.party.train_step(ids, emb, epoch=state.epoch)
+            state.pending.append((ids, grad))
+            state.samples += ids.size
+        return None, MetricRecord({"samples": state.samples})
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Query test embeddings; the message also flushes pending gradients."""
+        settings = {P.EPOCH: self._state.epoch, P.ROUND: server_round, P.SPLIT: "test"}
+        settings.update(dict(config))
+        n_test = 0 if self.test_labels is None else int(self.test_labels.size)
+        test_ids = [np.arange(n_test, dtype=np.int64)] if n_test else []
+        return [
+            self._message(n, P.MSG_EMBED_TEST, settings, test_ids) for n in self.nodes
+        ]
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        """Test metrics computed at the label party from the test embeddings."""
+        by_node = self._replies(replies, [n.node_id for n in self.nodes])
+        self._state.pending = []
+        if self.test_labels is None:
+            return None
+        ids = np.arange(self.test_labels.size)
+        (emb,) = self._embeddings(by_node, [ids])
+        probs = self.party.predict(emb)
+        return MetricRecord(dict(classification_metrics(self.test_labels, probs)))
+
+    # -------------------------------------------------------------------- run
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord | None = None,
+        num_rounds: int | None = None,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """Train for ``num_rounds`` epochs (default: the constructor's ``epochs``).
+
+        ``initial_arrays``, if given, is loaded into the top model. Progress is
+        one log line per epoch. Returns a Flower ``Result``: the top model's
+        arrays, per-epoch training throughput (``train_metrics_clientapp``) and
+        per-epoch test metrics computed at the label party
+        (``evaluate_metrics_serverapp``).
+        """
+        if num_rounds is not None:
+            self.epochs = num_rounds
+        if initial_arrays is not None and len(initial_arrays):
+            self.party.top.load_state_dict(initial_arrays.to_torch_state_dict())
+        log(INFO, "Starting TPSLStrategy (label party):")
+        self.summary()
+        resume = self.start_epoch if self.start_epoch > 0 else None
+        self.connect(grid, timeout, resume_epoch=resume)
+        log(
+            INFO,
+            "Connected to %s non-label nodes; cut layer width %s",
+            len(self.nodes),
+            sum(n.width for n in self.nodes),
+        )
+        result = Result()
+        for past in self.history:
+            _record_epoch(result, past)
+        server_round = 0
+        for epoch in range(self.start_epoch, self.epochs):
+            started = time.perf_counter()
+            self._state = _StepState(epoch=epoch, batches=self.epoch_batches(epoch))
+            while self._state.cursor < len(self._state.batches):
+                server_round += 1
+                messages = self.configure_train(
+                    server_round, ArrayRecord(), ConfigRecord(), grid
+                )
+                replies = grid.send_and_receive(messages, timeout=timeout)
+                self.aggregate_train(server_round, replies)
+            config = ConfigRecord({P.CHECKPOINT_EPOCH: epoch})
+            replies = grid.send_and_receive(
+                self.configure_evaluate(server_round, ArrayRecord(), config, grid),
+                timeout=timeout,
+            )
+            metrics = self.aggregate_evaluate(server_round, replies)
+            seconds = time.perf_counter() - started
+            entry: dict[str, Any] = {
+                "epoch": epoch + 1,
+                "seconds": seconds,
+                "samples": self._state.samples,
+                "samples_per_second": self._state.samples / seconds,
+                "steps": self.party.steps,
+            }
+            entry.update(dict(metrics or {}))
+            self.history.append(entry)
+            _record_epoch(result, entry)
+            log(INFO, "epoch %d/%d  %s", epoch + 1, self.epochs, _progress_line(entry))
+            if self.on_epoch_end is not None:
+                self.on_epoch_end(epoch, entry)
+        result.arrays = ArrayRecord(self.party.top.state_dict())
+        return result
+
+
+def _record_epoch(result: Result, entry: dict[str, Any]) -> None:
+    epoch = int(entry["epoch"])
+    result.train_metrics_clientapp[epoch] = MetricRecord(
+        {k: float(entry[k]) for k in ("samples", "seconds", "samples_per_second")}
+    )
+    tests = {k: float(v) for k, v in entry.items() if k.startswith("test_")}
+    if tests:
+        result.evaluate_metrics_serverapp[epoch] = MetricRecord(dict(tests))
+
+
+def _progress_line(entry: dict[str, Any]) -> str:
+    parts = [f"{entry['samples_per_second']:.0f} samples/s"]
+    for key in ("test_auc", "test_accuracy", "test_logloss"):
+        if key in entry and not math.isnan(entry[key]):
+            parts.append(f"{key} {entry[key]:.4f}")
+    return ", ".join(parts)
