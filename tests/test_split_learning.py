@@ -91,11 +91,11 @@ def test_transcript_holds_only_ids_perturbed_gradients_and_public_config(tmp_pat
         assert not content.metric_records
         for name, record in content.config_records.items():
             assert name == P.CONFIG
-            assert set(record) <= P.ALLOWED_TO_NON_LABEL[P.CONFIG]
+            assert set(record) <= P.ALLOWED_CONFIG_KEYS
         for name, record in content.array_records.items():
-            assert name in (P.NEW_IDS, P.GRADS)
+            assert name in P.ALLOWED_ARRAY_KEY_PREFIXES
             for key in record:
-                assert key.startswith(("batch-", "ids-", "grad-"))
+                assert key.startswith(P.ALLOWED_ARRAY_KEY_PREFIXES[name])
             if name == P.GRADS:
                 j = 0
                 while P.grad_keys(j)[0] in record:
@@ -108,9 +108,9 @@ def test_transcript_holds_only_ids_perturbed_gradients_and_public_config(tmp_pat
     # under this key: sum_j c_j g_j, recomputed from the top model of that step.
     key = NoiseKey.from_seed(7)
     widths = {n.node_id: (n.offset, n.width) for n in strategy.nodes}
+    twin = build_strategy(cfg)[0].party.top
     checked = 0
     for ids, emb, top_before, _grad in steps:
-        twin = build_strategy(cfg)[0].party.top
         twin.load_state_dict(top_before)
         noisy = draw_noisy_labels(party.mechanism, party.labels[ids], ids, key)
         g = candidate_gradients(twin, emb).numpy()
@@ -154,7 +154,7 @@ def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
     assert second["history"][:2] == first["history"]
     # The OS key of the first run was restored from the label party's checkpoint.
     assert second["noise_key"]["fingerprint"] == first["noise_key"]["fingerprint"]
-    # Only epoch 3 was trained again (4 steps of 64 + 1 of ...: ids of one epoch).
+    # Only epoch 3 was trained: ceil(456 / 64) = 8 batches, to each of 2 nodes.
     trained = sum(
         len(m.content.array_records[P.NEW_IDS].keys())
         for m in grid.sent_messages

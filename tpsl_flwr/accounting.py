@@ -34,6 +34,7 @@ from tpsl_flwr.mechanisms import (
     NoProtection,
     RandomizedResponse,
 )
+from tpsl_flwr.validation import check_int
 
 PLACEMENTS: tuple[str, ...] = ("logits", "cut")
 """Where GradPerturb is applied (Section 4.2 vs Algorithm 3)."""
@@ -182,8 +183,7 @@ def privacy_spent(
     2.0
     """
     check_placement(placement)
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ConfigError(f"epochs must be an integer >= 1, got {epochs!r}")
+    check_int(epochs, "epochs")
     if not 0.0 < delta < 1.0:
         raise ConfigError(f"delta must be in (0, 1), got {delta}")
     per_epoch = 2 if placement == "cut" else 1

@@ -36,6 +36,7 @@ from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.mechanisms import GaussianPerturb, Mechanism
 from tpsl_flwr.noisy_labels import NoisyLabels, draw_noisy_labels, realized_noise
 from tpsl_flwr.perturb import candidate_gradients, logits_placement_backward
+from tpsl_flwr.validation import check_int
 
 STRICT_CONFIDENCE = 0.999
 """Confidence of the epsilon lower bound that decides a violation."""
@@ -152,8 +153,7 @@ def run_audit(
     AuditResult
         Measurements, closed forms, bounds and the verdict.
     """
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1000:
-        raise ConfigError(f"samples must be an integer >= 1000, got {samples!r}")
+    check_int(samples, "samples", minimum=1000)
     k = mechanism.num_classes
     probabilities = _check_prior(prior, k)
     rng = np.random.default_rng(seed)
@@ -162,6 +162,7 @@ def run_audit(
     received, candidates, noisy = attack_transcript(mechanism, labels, key)
     epsilon = mechanism.epsilon
     notes: list[str] = ["audit noise key is seeded (reproducible, not secure)"]
+    ceiling = auc_bound(epsilon) if epsilon is not None else None
     if k == 2:
         scores = sda_scores(received, candidates)
         if labels.min() == labels.max():
@@ -169,14 +170,12 @@ def run_audit(
         measured = float(roc_auc_score(labels, scores))
         n_pos = int(labels.sum())
         se = _auc_standard_error(measured, n_pos, samples - n_pos)
-        ceiling = auc_bound(epsilon) if epsilon is not None else None
         top_ceiling = None
         attack_scores, attack_labels = scores, labels
     else:
         predictions = sda_predictions(received, candidates)
         measured = float(np.mean(predictions == labels))
         se = math.sqrt(max(measured * (1 - measured), 1e-12) / samples)
-        ceiling = auc_bound(epsilon) if epsilon is not None else None
         top_ceiling = (
             top1_bound(epsilon, float(probabilities.max()))
             if epsilon is not None

@@ -128,8 +128,12 @@ class NoiseKey:
 
     def uniforms(self, sample_ids: object, stream: int, count: int) -> np.ndarray:
         """Return uniforms on ``[0, 1)`` with 53 random bits, shape ``(n, count)``."""
-        words = self.words(sample_ids, stream, count)
-        return (words >> np.uint64(11)).astype(np.float64) * _TWO_POW_MINUS_53
+        return uniforms53(self.words(sample_ids, stream, count))
+
+
+def uniforms53(words: np.ndarray) -> np.ndarray:
+    """Map 64-bit words to uniforms on ``[0, 1)`` (their top 53 bits)."""
+    return (words >> np.uint64(11)).astype(np.float64) * _TWO_POW_MINUS_53
 
 
 def open_uniforms(words: np.ndarray) -> np.ndarray:

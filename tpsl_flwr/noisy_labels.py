@@ -35,7 +35,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.keyed_noise import NoiseKey, open_uniforms
+from tpsl_flwr.keyed_noise import NoiseKey, open_uniforms, uniforms53
 from tpsl_flwr.mechanisms import (
     GaussianPerturb,
     LaplacePerturb,
@@ -160,8 +160,8 @@ def discrete_laplace(
         float64 noise, every value an exact multiple of ``LAPLACE_GRID``.
     """
     steps = scale / LAPLACE_GRID
-    exp_a = -np.log1p(-_uniform53(words_a))
-    exp_b = -np.log1p(-_uniform53(words_b))
+    exp_a = -np.log1p(-uniforms53(words_a))
+    exp_b = -np.log1p(-uniforms53(words_b))
     return (np.floor(exp_a * steps) - np.floor(exp_b * steps)) * LAPLACE_GRID
 
 
@@ -180,10 +180,6 @@ def rr_keep_threshold(keep_probability: float) -> int:
     ``T = floor(q 2^64)``: the realized keep probability is never above ``q``.
     """
     return math.floor(keep_probability * _TWO_POW_64)
-
-
-def _uniform53(words: np.ndarray) -> np.ndarray:
-    return (words >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 def _laplace_coefficients(
@@ -210,7 +206,7 @@ def _rr_coefficients(
         return one_hot(np.where(flip, 1 - y, y), k)
     words = key.words(ids, stream, 2)
     keep = words[:, 0] < np.uint64(rr_keep_threshold(mech.keep_probability))
-    other = np.floor(_uniform53(words[:, 1]) * (k - 1)).astype(np.int64)
+    other = np.floor(uniforms53(words[:, 1]) * (k - 1)).astype(np.int64)
     other = other + (other >= y)
     return one_hot(np.where(keep, y, other), k)
 
@@ -228,13 +224,13 @@ def realized_noise(labels: np.ndarray, noisy: NoisyLabels) -> dict[str, float]:
         Laplace), or of the additive noise.
     """
     y = np.asarray(labels, dtype=np.int64)
-    c = noisy.coefficients
-    deviation = c - one_hot(y, c.shape[1])
     if noisy.additive is not None:
         return {
             "flip_rate": 0.0,
             "mean_abs_noise": float(np.abs(noisy.additive).mean()),
         }
+    c = noisy.coefficients
+    deviation = c - one_hot(y, c.shape[1])
     flip_rate = float(np.mean(np.argmax(c, axis=1) != y))
     if c.shape[1] == 2:
         mean_abs = float(np.abs(deviation[:, 1]).mean())

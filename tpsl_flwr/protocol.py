@@ -3,11 +3,14 @@
 Named once here (as Flower's ``differential_privacy_constants.py`` does), so
 the ServerApp, the ClientApp, the transcript test and the attacker's recorder
 agree. What a non-label party may ever receive is exactly
-:data:`ALLOWED_TO_NON_LABEL`: sample ids, perturbed gradients and public
+:data:`ALLOWED_CONFIG_KEYS` and
+:data:`ALLOWED_ARRAY_KEY_PREFIXES`: sample ids, perturbed gradients and public
 configuration.
 """
 
 from __future__ import annotations
+
+from tpsl_flwr.errors import ProtocolError
 
 # Message types (Flower routes "query.hello" to @app.query("hello")).
 MSG_HELLO = "query.hello"
@@ -42,12 +45,13 @@ EMBEDDING_DIM = "embedding-dim"
 NUM_TRAIN = "num-train"
 NUM_TEST = "num-test"
 
-ALLOWED_TO_NON_LABEL: dict[str, frozenset[str]] = {
-    CONFIG: frozenset({EPOCH, ROUND, SPLIT, CHECKPOINT_EPOCH, RESUME_EPOCH}),
-    NEW_IDS: frozenset(),  # keys batch-j, checked by prefix
-    GRADS: frozenset(),  # keys ids-j / grad-j, checked by prefix
+ALLOWED_CONFIG_KEYS = frozenset({EPOCH, ROUND, SPLIT, CHECKPOINT_EPOCH, RESUME_EPOCH})
+"""The only keys of :data:`CONFIG` a non-label party may receive."""
+ALLOWED_ARRAY_KEY_PREFIXES: dict[str, tuple[str, ...]] = {
+    NEW_IDS: ("batch-",),
+    GRADS: ("ids-", "grad-"),
 }
-"""Record names (and config keys) a message to a non-label party may hold."""
+"""The only array records (and key prefixes) a non-label party may receive."""
 
 
 def batch_key(j: int) -> str:
@@ -63,14 +67,8 @@ def grad_keys(j: int) -> tuple[str, str]:
 def as_int(value: object, what: str) -> int:
     """An integer from a ConfigRecord value, or a ProtocolError naming it."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise _protocol_error(f"{what} must be an integer, got {value!r}")
+        raise ProtocolError(f"{what} must be an integer, got {value!r}")
     try:
         return int(value)
     except ValueError:
-        raise _protocol_error(f"{what} must be an integer, got {value!r}") from None
-
-
-def _protocol_error(message: str) -> Exception:
-    from tpsl_flwr.errors import ProtocolError
-
-    return ProtocolError(message)
+        raise ProtocolError(f"{what} must be an integer, got {value!r}") from None

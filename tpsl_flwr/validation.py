@@ -67,19 +67,29 @@ def _positive_finite(value: object, name: str) -> float:
     return as_float
 
 
-def check_num_classes(num_classes: object) -> int:
-    """Return the number of classes after checking it is an integer >= 2.
+def check_int(value: object, name: str, minimum: int = 1) -> int:
+    """Return ``value`` as an int after checking it is an integer >= ``minimum``.
 
     Raises
     ------
     ConfigError
-        If ``num_classes`` is not an integer or is below 2.
+        If ``value`` is not an integer (booleans included) or is too small.
+
+    Examples
+    --------
+    >>> check_int(0, "epochs")
+    Traceback (most recent call last):
+    ...
+    tpsl_flwr.errors.ConfigError: epochs must be an integer >= 1, got 0
     """
-    if isinstance(num_classes, bool) or not isinstance(num_classes, Integral):
-        raise ConfigError(f"classes must be an integer >= 2, got {num_classes!r}")
-    if num_classes < 2:
-        raise ConfigError(f"classes must be an integer >= 2, got {num_classes}")
-    return int(num_classes)
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_num_classes(num_classes: object) -> int:
+    """Return the number of classes after checking it is an integer >= 2."""
+    return check_int(num_classes, "classes", minimum=2)
 
 
 def check_labels(labels: object, num_classes: int) -> np.ndarray:

@@ -17,6 +17,7 @@ from tpsl_flwr.data import DATASETS
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.mechanisms import Mechanism, make_mechanism
+from tpsl_flwr.validation import check_int
 
 
 @dataclass(frozen=True)
@@ -67,11 +68,7 @@ class ExperimentConfig:
             "bottom_hidden",
             "top_hidden",
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(
-                    f"{name.replace('_', '-')} must be an integer >= 1, got {value!r}"
-                )
+            check_int(getattr(self, name), name.replace("_", "-"))
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         self.make_mechanism(2)  # validates mechanism, epsilon / sigma

@@ -19,6 +19,7 @@ from flwr.serverapp import Grid
 from tpsl_flwr.accounting import privacy_spent
 from tpsl_flwr.data import load_dataset
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.models import TopModel, num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
 from tpsl_flwr.simulations.config import ExperimentConfig
@@ -50,12 +51,15 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         num_outputs=num_outputs_for(num_classes),
         generator=generator,
     )
-    key = cfg.make_key()
     path = checkpoint_path(cfg)
     saved: dict[str, Any] | None = None
     if cfg.resume and path.exists():
         saved = torch.load(path, weights_only=False)
-        key = key.from_hex(saved["party"]["key"], secure=saved["party"]["key_secure"])
+        key = NoiseKey.from_hex(
+            saved["party"]["key"], secure=saved["party"]["key_secure"]
+        )
+    else:
+        key = cfg.make_key()
     party = LabelParty(
         top,
         data.train.labels,

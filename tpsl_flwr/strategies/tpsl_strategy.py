@@ -38,6 +38,7 @@ from tpsl_flwr.accounting import privacy_spent
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.metrics import classification_metrics
 from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.validation import check_int
 
 EpochCallback = Callable[[int, dict[str, Any]], None]
 
@@ -105,10 +106,9 @@ class TPSLStrategy(Strategy):
             ("epochs", epochs),
             ("steps_per_message", steps_per_message),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
-        if num_nodes is not None and num_nodes < 1:
-            raise ConfigError(f"num_nodes must be >= 1, got {num_nodes}")
+            check_int(value, name)
+        if num_nodes is not None:
+            check_int(num_nodes, "num_nodes")
         self.party = label_party
         self.test_labels = test_labels
         self.batch_size = batch_size
