@@ -1,5 +1,7 @@
 """End-to-end TPSL on the in-process engine: training, transcript, faults, resume."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -167,3 +169,117 @@ def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
         ]
         == 2
     )
+
+
+def test_a_team_embeds_the_strategy_in_its_own_server_app_and_client_app():
+    # Prepare: the team's own data, top model, bottom models and ServerApp,
+    # as in the README's "Embedding the strategy" example.
+    from flwr.serverapp import ServerApp
+    from torch import nn
+
+    from tpsl_flwr import make_mechanism
+    from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
+    from tpsl_flwr.strategies import TPSLStrategy
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 6)).astype(np.float32)
+    y = (x[:, 0] + x[:, 3] > 0).astype(np.int64)
+    train, test = slice(0, 240), slice(240, 300)
+
+    class OwnBottom(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(3, 4)
+
+        def forward(self, numeric, categorical):
+            return torch.relu(self.layer(numeric))
+
+    def own_party(context):
+        part = int(context.node_config["partition-id"])
+        cols = slice(3 * part, 3 * part + 3)
+        empty = np.zeros((300, 0), dtype=np.int64)
+        torch.manual_seed(part)
+        return NonLabelParty(
+            {
+                "train": (x[train, cols], empty[train]),
+                "test": (x[test, cols], empty[test]),
+            },
+            OwnBottom(),
+            adam(0.05),
+        )
+
+    server = ServerApp()
+    outcome = {}
+
+    @server.main()
+    def main(grid, context):
+        torch.manual_seed(0)
+        party = LabelParty(
+            nn.Sequential(nn.Linear(8, 1)),
+            y[train],
+            make_mechanism("laplace", epsilon=2.0),
+            NoiseKey.from_os(),
+            optimizer=adam(0.05),
+        )
+        strategy = TPSLStrategy(
+            party, test_labels=y[test], batch_size=32, epochs=4, num_nodes=2
+        )
+        outcome["result"] = strategy.start(grid=grid)
+
+    # Execute
+    grid = InProcessGrid(make_client_app(own_party), 2)
+    grid.run_server(server)
+    # Assert: a Flower Result with per-epoch test metrics computed at the label party.
+    result = outcome["result"]
+    assert sorted(result.evaluate_metrics_serverapp) == [1, 2, 3, 4]
+    assert result.evaluate_metrics_serverapp[4]["test_auc"] > 0.8
+    assert result.train_metrics_clientapp[4]["samples"] == 240
+    assert "0.weight" in result.arrays
+
+
+def test_simulate_cli_writes_one_results_object(tmp_path, capsys):
+    from tpsl_flwr.simulations.cli import main
+
+    code = main(
+        [
+            "simulate",
+            "--dataset",
+            "breast-cancer",
+            "--epochs",
+            "1",
+            "--mechanism",
+            "discrete",
+            "--epsilon",
+            "2",
+            "--noise-seed",
+            "3",
+            "--out-dir",
+            str(tmp_path),
+            "--json",
+            "-",
+        ]
+    )
+    record = json.loads(capsys.readouterr().out)
+    assert code == 0
+    for key in (
+        "test_auc",
+        "epsilon_spent",
+        "mechanism",
+        "epochs",
+        "samples_per_second",
+        "history",
+    ):
+        assert key in record
+    assert record["epsilon_spent"] == 2.0 and record["engine"] == "local"
+    assert record["noise_key"]["secure"] is False
+    assert (
+        json.loads((tmp_path / "results.json").read_text())["mechanism"] == "discrete"
+    )
+
+
+def test_simulate_cli_rejects_bad_values_in_one_line(capsys):
+    from tpsl_flwr.simulations.cli import main
+
+    assert main(["simulate", "--placement", "cut", "--epsilon", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "tpsl-flwr simulate: error: epsilon must be > 0 and finite, got -1.0"

@@ -4,6 +4,9 @@ Sub-commands:
 
 * ``audit`` — measure a mechanism with the white-box shortest-distance attack
   and check it against the ``epsilon``-DP ceiling (exit 1 on a violation).
+* ``simulate`` — one experiment on the in-process or the Ray engine.
+* ``flower-run`` — ``flwr run`` of the app on Flower's Ray simulation, offline,
+  with every process it started ended afterwards.
 
 Bad input gives a one-line message naming the value and exit status 2, never a
 traceback.
@@ -119,47 +122,40 @@ def _add_simulate(commands: Any) -> None:
 
     sim = commands.add_parser(
         "simulate",
-        help="run one TPSL experiment (in-process engine)",
-        description="Train a split model with GradPerturb; write results JSON.",
+        help="run one TPSL experiment (in-process or Ray engine)",
+        description=(
+            "Train a split model with GradPerturb and write the results JSON. "
+            "Unset flags take the defaults of tpsl_flwr.simulations.config."
+        ),
     )
-    sim.add_argument("--dataset", choices=DATASETS, default="synthetic-ctr")
-    sim.add_argument(
-        "--rows",
-        type=_integer("rows", 0),
-        default=0,
-        help="rows to generate or subsample (0 = dataset default)",
-    )
-    sim.add_argument("--mechanism", choices=MECHANISMS, default="laplace")
-    sim.add_argument("--epsilon", type=_number("epsilon"), default=1.0)
-    sim.add_argument("--sigma", type=_number("sigma"), default=1.0)
-    sim.add_argument("--placement", choices=("logits", "cut"), default="logits")
-    sim.add_argument("--epochs", type=_integer("epochs", 1), default=3)
-    sim.add_argument("--batch-size", type=_integer("batch-size", 1), default=64)
-    sim.add_argument("--lr", type=_number("lr"), default=1e-2)
-    sim.add_argument(
-        "--steps-per-message", type=_integer("steps-per-message", 1), default=1
-    )
-    sim.add_argument("--parties", type=_integer("parties", 1), default=2)
-    sim.add_argument(
-        "--engine",
-        choices=("local",),
-        default="local",
-        help="local: in-process Grid (the Ray engine is `flwr run .`)",
-    )
-    sim.add_argument("--seed", type=_integer("seed", 0), default=0)
-    sim.add_argument(
-        "--noise-seed",
-        type=int,
-        default=-1,
-        help="seed the noise key (reproducible, NOT secure); -1 = OS",
-    )
-    sim.add_argument("--out-dir", default="outputs")
-    sim.add_argument(
+    add = sim.add_argument
+    add("--dataset", choices=DATASETS)
+    add("--rows", type=_integer("rows", 0), help="rows (0 = dataset default)")
+    add("--mechanism", choices=MECHANISMS)
+    add("--epsilon", type=_number("epsilon"))
+    add("--sigma", type=_number("sigma"))
+    add("--placement", choices=("logits", "cut"))
+    add("--epochs", type=_integer("epochs", 1))
+    add("--batch-size", type=_integer("batch-size", 1))
+    add("--lr", type=_number("lr"))
+    add("--steps-per-message", type=_integer("steps-per-message", 1))
+    add("--parties", dest="num_parties", type=_integer("parties", 1))
+    add("--seed", type=_integer("seed", 0))
+    add("--noise-seed", type=int, help="seed the noise key (NOT secure); -1 = OS")
+    add("--out-dir")
+    add(
         "--resume",
         action="store_true",
+        default=None,
         help="continue from the last epoch checkpoint in --out-dir",
     )
-    sim.add_argument(
+    add(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local: in-process Grid; ray: Flower's Ray simulation (flwr run)",
+    )
+    add(
         "--json",
         metavar="PATH",
         default=None,
@@ -167,44 +163,118 @@ def _add_simulate(commands: Any) -> None:
     )
     sim.set_defaults(handler=_run_simulate)
 
+    flower = commands.add_parser(
+        "flower-run",
+        help="run the app with `flwr run` on Flower's Ray simulation, offline",
+        description=(
+            "Run `flwr run APP local --stream` offline with the app's run config "
+            "(plus KEY=VALUE overrides), end every process it started, and "
+            "summarize the results JSON."
+        ),
+    )
+    flower.add_argument(
+        "app_dir",
+        nargs="?",
+        default=None,
+        help="the Flower app folder (default: this project's)",
+    )
+    flower.add_argument(
+        "--run-config",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="overrides of [tool.flwr.app.config]",
+    )
+    flower.add_argument("--timeout", type=_number("timeout"), default=3600.0)
+    flower.set_defaults(handler=_run_flower)
+
+
+_NOT_CONFIG = {"command", "handler", "engine", "json"}
+
 
 def _run_simulate(args: argparse.Namespace) -> int:
+    from tpsl_flwr.simulations.config import ExperimentConfig
+
+    given = {
+        name: value
+        for name, value in vars(args).items()
+        if name not in _NOT_CONFIG and value is not None
+    }
+    cfg = ExperimentConfig(**given)
+    quiet = args.json == "-"
+    if args.engine == "ray":
+        from tpsl_flwr.simulations.flower_run import run_on_ray
+
+        overrides = {k.replace("_", "-"): v for k, v in given.items()}
+        results = run_on_ray(
+            {**cfg.to_run_config(), **overrides}, echo=None if quiet else sys.stdout
+        )
+    else:
+        results = _run_local(cfg, quiet)
+    _write_json(results, args.json)
+    return 0
+
+
+def _run_local(cfg: Any, quiet: bool) -> dict[str, Any]:
     import logging
 
     from flwr.common.logger import FLOWER_LOGGER
 
     from tpsl_flwr.simulations.client_app import app as client_app
-    from tpsl_flwr.simulations.config import ExperimentConfig
     from tpsl_flwr.simulations.experiment import run_label_party
     from tpsl_flwr.simulations.inprocess import InProcessGrid
 
-    cfg = ExperimentConfig(
-        dataset=args.dataset,
-        rows=args.rows,
-        mechanism=args.mechanism,
-        epsilon=args.epsilon,
-        sigma=args.sigma,
-        placement=args.placement,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        steps_per_message=args.steps_per_message,
-        num_parties=args.parties,
-        seed=args.seed,
-        noise_seed=args.noise_seed,
-        out_dir=args.out_dir,
-        resume=args.resume,
-    )
-    if args.json == "-":
+    if quiet:
         FLOWER_LOGGER.setLevel(logging.WARNING)
     grid = InProcessGrid(client_app, cfg.num_parties, run_config=cfg.to_run_config())
-    results = grid.run_server(lambda g, _ctx: run_label_party(g, cfg, engine="local"))
+    results: dict[str, Any] = grid.run_server(
+        lambda g, _ctx: run_label_party(g, cfg, engine="local")
+    )
+    return results
+
+
+def _write_json(results: dict[str, Any], path: str | None) -> None:
     text = json.dumps(results, indent=2, default=str)
-    if args.json == "-":
+    if path == "-":
         print(text)
-    elif args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
+    elif path:
+        with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
+
+
+def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise TPSLError(f"--run-config expects KEY=VALUE, got {pair!r}")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key] = value
+    return out
+
+
+def _run_flower(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tpsl_flwr.simulations.config import ExperimentConfig
+    from tpsl_flwr.simulations.flower_run import app_config, run_on_ray, source_app_dir
+
+    app_dir = source_app_dir() if args.app_dir is None else Path(args.app_dir)
+    overrides = _parse_overrides(args.run_config)
+    # Validate the whole config here: a bad value fails now, not inside Flower.
+    ExperimentConfig.from_run_config({**app_config(app_dir), **overrides})
+    results = run_on_ray(overrides, app_dir=app_dir, timeout=args.timeout)
+    metric = "test_auc" if "test_auc" in results else "test_accuracy"
+    print(
+        f"tpsl-flwr flower-run: {metric} {results.get(metric, float('nan')):.4f}, "
+        f"epsilon spent {results['epsilon_spent']}, "
+        f"{results['samples_per_second']:.0f} samples/s, "
+        f"{results['flower_wall_seconds']:.1f} s; results in "
+        f"{Path(results['config']['out-dir']) / 'results.json'}"
+    )
     return 0
 
 
@@ -280,6 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         print(f"tpsl-flwr {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except RuntimeError as err:  # FlowerLaunchError: the run did not complete
+        print(f"tpsl-flwr {args.command}: {err}", file=sys.stderr)
+        return EXIT_VIOLATION
 
 
 if __name__ == "__main__":

@@ -1,0 +1,257 @@
+"""TPSLStrategy fed replies directly: no Grid engine, no Ray."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, Metadata, RecordDict
+
+from tpsl_flwr import protocol as P
+from tpsl_flwr.errors import ConfigError, PrivacyError, ProtocolError
+from tpsl_flwr.keyed_noise import NoiseKey
+from tpsl_flwr.mechanisms import make_mechanism
+from tpsl_flwr.models import TopModel
+from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.simulations.inprocess import InProcessGrid
+from tpsl_flwr.strategies import TPSLStrategy
+
+NODES = {101: 0, 202: 1}  # node id -> partition
+WIDTH = 2
+
+
+def _reply(msg, content=None, src=None, error=None):
+    meta = Metadata(
+        run_id=1,
+        message_id="",
+        src_node_id=src or msg.metadata.dst_node_id,
+        dst_node_id=0,
+        reply_to_message_id="m",
+        group_id="",
+        created_at=0.0,
+        ttl=60.0,
+        message_type=msg.metadata.message_type,
+    )
+    if error is not None:
+        from flwr.app import Error
+
+        return Message(error=Error(code=0, reason=error), metadata=meta)
+    return Message(content=content or RecordDict(), metadata=meta)
+
+
+class FakeGrid:
+    """Only what the strategy calls: node ids and send_and_receive."""
+
+    def __init__(self, responder, nodes=NODES):
+        self.nodes = dict(nodes)
+        self.responder = responder
+        self.sent = []
+
+    def get_node_ids(self):
+        return list(self.nodes)
+
+    def send_and_receive(self, messages, timeout=None):
+        messages = list(messages)
+        self.sent.extend(messages)
+        return [r for r in (self.responder(self, m) for m in messages) if r is not None]
+
+
+def embeddings_for(ids, partition, value=None):
+    rng = np.random.default_rng(partition)
+    base = rng.normal(size=(64, WIDTH)).astype(np.float32)
+    emb = base[np.asarray(ids)]
+    return emb if value is None else np.full_like(emb, value)
+
+
+def honest(grid, msg):
+    partition = grid.nodes[msg.metadata.dst_node_id]
+    if msg.metadata.message_type == P.MSG_HELLO:
+        info = ConfigRecord(
+            {
+                P.PARTITION_ID: partition,
+                P.NUM_PARTITIONS: 2,
+                P.EMBEDDING_DIM: WIDTH,
+                P.NUM_TRAIN: 64,
+                P.NUM_TEST: 0,
+            }
+        )
+        return _reply(msg, RecordDict({P.NODE: info}))
+    new_ids = msg.content.array_records[P.NEW_IDS]
+    out = {k: Array(embeddings_for(new_ids[k].numpy(), partition)) for k in new_ids}
+    return _reply(msg, RecordDict({P.EMBEDDINGS: ArrayRecord(out)}))
+
+
+def make_strategy(labels=None, mechanism=None, seed=3, **kwargs):
+    labels = np.arange(20) % 2 if labels is None else labels
+    torch.manual_seed(0)
+    party = LabelParty(
+        TopModel(2 * WIDTH, hidden=(8,), num_outputs=1),
+        labels,
+        mechanism or make_mechanism("laplace", epsilon=1.0),
+        NoiseKey.from_seed(seed),
+    )
+    options = {"batch_size": 8, "epochs": 1, "num_nodes": 2, "node_wait": 0.5}
+    options.update(kwargs)
+    return TPSLStrategy(party, **options)
+
+
+@pytest.fixture
+def identity():
+    grid = InProcessGrid(lambda m, c: m, 1)
+    with grid.server_identity():
+        yield
+
+
+def test_connect_maps_node_ids_to_partitions(identity):
+    strategy = make_strategy()
+    strategy.connect(FakeGrid(honest), timeout=5)
+    assert [(n.node_id, n.partition, n.offset) for n in strategy.nodes] == [
+        (101, 0, 0),
+        (202, 1, WIDTH),
+    ]
+
+
+def test_one_round_trip_per_step_dispatches_the_perturbed_slices(identity):
+    # Prepare: a twin label party with the same model, labels and key.
+    strategy, twin = make_strategy(), make_strategy()
+    grid = FakeGrid(honest)
+    strategy.connect(grid, timeout=5)
+    strategy._state.batches = strategy.epoch_batches(0)
+    # Execute: step 1 sends ids only; step 2 sends step 1's gradients.
+    first = list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid))
+    assert all(len(m.content.array_records[P.GRADS]) == 0 for m in first)
+    strategy.aggregate_train(1, [honest(grid, m) for m in first])
+    second = list(strategy.configure_train(2, ArrayRecord(), ConfigRecord(), grid))
+    # Assert
+    ids = strategy.epoch_batches(0)[0]
+    emb = np.concatenate([embeddings_for(ids, 0), embeddings_for(ids, 1)], axis=1)
+    expected = twin.party.train_step(ids, torch.as_tensor(emb)).numpy()
+    for msg in second:
+        part = NODES[msg.metadata.dst_node_id]
+        grads = msg.content.array_records[P.GRADS]
+        np.testing.assert_array_equal(grads["ids-0"].numpy(), ids)
+        np.testing.assert_allclose(
+            grads["grad-0"].numpy(),
+            expected[:, part * WIDTH : (part + 1) * WIDTH],
+            rtol=1e-6,
+        )
+        assert set(msg.content.config_records[P.CONFIG]) <= P.ALLOWED_CONFIG_KEYS
+
+
+def test_k_steps_per_message_send_k_batches(identity):
+    strategy = make_strategy(steps_per_message=3)
+    grid = FakeGrid(honest)
+    strategy.connect(grid, timeout=5)
+    strategy._state.batches = strategy.epoch_batches(0)
+    msgs = list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid))
+    assert sorted(msgs[0].content.array_records[P.NEW_IDS]) == [
+        "batch-0",
+        "batch-1",
+        "batch-2",
+    ]
+    strategy.aggregate_train(1, [honest(grid, m) for m in msgs])
+    assert len(strategy._state.pending) == 3
+
+
+def test_epoch_order_is_label_independent_and_covers_every_id():
+    a = make_strategy(labels=np.zeros(20, dtype=int))
+    b = make_strategy(labels=np.arange(20) % 2)
+    for epoch in (0, 1):
+        batches_a, batches_b = a.epoch_batches(epoch), b.epoch_batches(epoch)
+        assert all(
+            np.array_equal(x, y) for x, y in zip(batches_a, batches_b, strict=True)
+        )
+        assert sorted(np.concatenate(batches_a)) == list(range(20))
+    assert not np.array_equal(a.epoch_batches(0)[0], a.epoch_batches(1)[0])
+
+
+def _run_one_step(strategy, responder):
+    grid = FakeGrid(responder)
+    strategy.connect(grid, timeout=5)
+    strategy._state.batches = strategy.epoch_batches(0)
+    msgs = list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid))
+    strategy.aggregate_train(1, grid.send_and_receive(msgs))
+
+
+def _faulty(kind):
+    def responder(grid, msg):
+        if (
+            msg.metadata.message_type == P.MSG_HELLO
+            or grid.nodes[msg.metadata.dst_node_id] == 0
+        ):
+            return honest(grid, msg)
+        if kind == "error":
+            return _reply(msg, error="disk on fire")
+        if kind == "silent":
+            return None
+        ids = msg.content.array_records[P.NEW_IDS]["batch-0"].numpy()
+        emb = embeddings_for(ids, 1, math.nan if kind == "nan" else None)
+        if kind == "shape":
+            emb = emb[:, :1]
+        return _reply(
+            msg, RecordDict({P.EMBEDDINGS: ArrayRecord({"batch-0": Array(emb)})})
+        )
+
+    return responder
+
+
+@pytest.mark.parametrize(
+    ("kind", "match"),
+    [
+        ("error", r"node 202 \(partition 1\) replied with an error: disk on fire"),
+        ("silent", r"no reply from node 202 \(partition 1\)"),
+        ("nan", r"node 202 \(partition 1\) sent NaN or inf embeddings"),
+        ("shape", r"node 202 \(partition 1\) sent embeddings of shape \(8, 1\)"),
+    ],
+)
+def test_faulty_node_stops_the_step_naming_the_node(identity, kind, match):
+    strategy = make_strategy()
+    with pytest.raises(ProtocolError, match=match):
+        _run_one_step(strategy, _faulty(kind))
+    assert strategy.party.steps == 0 and strategy._state.pending == []
+
+
+def test_fewer_nodes_than_expected_times_out_with_a_message(identity):
+    strategy = make_strategy(num_nodes=3)
+    with pytest.raises(ProtocolError, match="expected 3 non-label nodes, only 2"):
+        strategy.connect(FakeGrid(honest), timeout=5)
+
+
+def test_cut_layer_width_must_match_the_top_model(identity):
+    strategy = make_strategy()
+    wide = {101: 0, 202: 1}
+
+    def three_wide(grid, msg):
+        reply = honest(grid, msg)
+        reply.content[P.NODE][P.EMBEDDING_DIM] = 3
+        return reply
+
+    with pytest.raises(ConfigError, match="takes 4 inputs but the 2 nodes"):
+        strategy.connect(FakeGrid(three_wide, wide), timeout=5)
+
+
+def test_duplicate_partitions_are_rejected(identity):
+    strategy = make_strategy()
+    with pytest.raises(ProtocolError, match=r"partitions \[0, 0\]"):
+        strategy.connect(FakeGrid(honest, {101: 0, 202: 0}), timeout=5)
+
+
+def test_fail_closed_nothing_is_dispatched_when_perturbation_fails(identity):
+    strategy = make_strategy()
+    with torch.no_grad():
+        next(strategy.party.top.parameters()).fill_(math.nan)
+    with pytest.raises(PrivacyError, match="not finite"):
+        _run_one_step(strategy, honest)
+    assert strategy._state.pending == []
+
+
+def test_ids_outside_the_labels_are_rejected():
+    strategy = make_strategy()
+    with pytest.raises(ConfigError, match="sample id 25 is outside the 20"):
+        strategy.party.train_step(np.array([1, 25]), torch.zeros(2, 4))
+
+
+@pytest.mark.parametrize("name", ["batch_size", "epochs", "steps_per_message"])
+def test_bad_strategy_settings_name_the_value(name):
+    with pytest.raises(ConfigError, match=f"{name} must be an integer >= 1, got 0"):
+        make_strategy(**{name: 0})
