@@ -283,3 +283,54 @@ def test_simulate_cli_rejects_bad_values_in_one_line(capsys):
     assert main(["simulate", "--placement", "cut", "--epsilon", "-1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "tpsl-flwr simulate: error: epsilon must be > 0 and finite, got -1.0"
+
+
+def test_a_run_killed_mid_epoch_resumes_exactly_where_it_left(tmp_path):
+    # Prepare: a reference run, uninterrupted, and a run whose node dies in epoch 3.
+    settings = {
+        "dataset": "breast-cancer",
+        "mechanism": "laplace",
+        "epochs": 3,
+        "batch_size": 64,
+        "noise_seed": 5,
+    }
+    reference, _ = _run(ExperimentConfig(out_dir=str(tmp_path / "ref"), **settings))
+    calls = {"n": 0}
+
+    def dies_in_epoch_3(message, context):
+        calls["n"] += 1  # 2 nodes x (hello + 2 epochs x (8 steps + 1 query)) = 38
+        if calls["n"] > 38 + 6:
+            raise RuntimeError("killed")
+        return client_app(message, context)
+
+    crashed = ExperimentConfig(out_dir=str(tmp_path / "run"), **settings)
+    with pytest.raises(ProtocolError, match="killed"):
+        _run(crashed, app=dies_in_epoch_3)
+    # Execute: resume with healthy nodes.
+    resumed, _ = _run(
+        ExperimentConfig(out_dir=str(tmp_path / "run"), resume=True, **settings)
+    )
+    # Assert: identical to never having crashed (nothing lost, nothing twice).
+    for got, want in zip(resumed["history"], reference["history"], strict=True):
+        assert got["test_auc"] == want["test_auc"]
+        assert got["test_logloss"] == want["test_logloss"]
+        assert got["steps"] == want["steps"]
+
+
+def test_ids_missing_from_a_nodes_partition_stop_the_run_naming_node_and_id(tmp_path):
+    def short_partition(context):
+        party = builtin_party(context)
+        if int(context.node_config["partition-id"]) == 1:
+            num, cat = party.features["train"]
+            party.features["train"] = (num[:100], cat[:100])
+        return party
+
+    cfg = ExperimentConfig(
+        dataset="breast-cancer", epochs=1, noise_seed=0, out_dir=str(tmp_path)
+    )
+    with pytest.raises(
+        ProtocolError,
+        match=r"partition 1\).*not in this party's "
+        r"train partition \(100 samples\)",
+    ):
+        _run(cfg, app=make_client_app(short_partition))
