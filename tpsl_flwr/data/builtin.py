@@ -1,13 +1,17 @@
-"""Built-in datasets by name: synthetic CTR and two scikit-learn bundled tables.
+"""Datasets by name: synthetic CTR, two scikit-learn tables, Criteo and Avazu files.
 
 Every loader returns a :class:`~tpsl_flwr.data.tabular.DatasetSplit` made the same
 way: optional seeded row subsample, seeded stratified train/test split, numeric
-columns standardized with train statistics. Nothing is downloaded.
+columns standardized with train statistics. Nothing is downloaded: ``"criteo"`` and
+``"avazu"`` read a file the user names with ``data_path`` (see
+:func:`~tpsl_flwr.data.criteo.load_criteo` and
+:func:`~tpsl_flwr.data.avazu.load_avazu`).
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 
@@ -16,10 +20,20 @@ from tpsl_flwr.data.synthetic import make_synthetic_ctr
 from tpsl_flwr.data.tabular import DatasetSplit
 from tpsl_flwr.errors import ConfigError
 
-__all__ = ["DATASETS", "DEFAULT_DATASET", "load_dataset"]
+__all__ = [
+    "ALL_DATASETS",
+    "DATASETS",
+    "DEFAULT_DATASET",
+    "FILE_DATASETS",
+    "load_dataset",
+]
 
 DATASETS: tuple[str, ...] = ("synthetic-ctr", "breast-cancer", "digits")
-"""Names :func:`load_dataset` accepts."""
+"""Names :func:`load_dataset` loads with no file: generated or bundled."""
+FILE_DATASETS: tuple[str, ...] = ("criteo", "avazu")
+"""Names that read a user-given file (``data_path``)."""
+ALL_DATASETS: tuple[str, ...] = DATASETS + FILE_DATASETS
+"""Every name :func:`load_dataset` accepts."""
 DEFAULT_DATASET = "synthetic-ctr"
 """The dataset used when none is named."""
 SYNTHETIC_DEFAULT_ROWS = 20_000
@@ -34,20 +48,29 @@ def load_dataset(
     seed: int = 0,
     test_fraction: float = 0.2,
     positive_rate: float | None = None,
+    *,
+    data_path: str | Path | None = None,
+    hash_buckets: int | None = None,
+    cache_dir: str | Path | None = None,
+    split: str = "random",
 ) -> DatasetSplit:
-    """Load a built-in dataset, split and standardized.
+    """Load a dataset by name, split and standardized.
 
     Parameters
     ----------
     name : str
-        One of :data:`DATASETS`: ``"synthetic-ctr"`` (binary, 8 numeric and 8
+        One of :data:`ALL_DATASETS`: ``"synthetic-ctr"`` (binary, 8 numeric and 8
         categorical columns; see :func:`~tpsl_flwr.data.make_synthetic_ctr`),
         ``"breast-cancer"`` (569 rows, 30 numeric columns, binary with sklearn's
-        coding: 1 = benign) or ``"digits"`` (1797 rows, 64 pixel columns,
-        10 classes).
+        coding: 1 = benign), ``"digits"`` (1797 rows, 64 pixel columns,
+        10 classes), ``"criteo"`` (a Criteo ``train.txt`` or Kaggle ``train.csv``
+        at ``data_path``: 13 numeric, 26 hashed categorical columns) or
+        ``"avazu"`` (an Avazu ``train.csv`` at ``data_path``: 22 categorical
+        columns).
     rows : int, optional
-        Rows to generate (synthetic; default 20 000) or to subsample without
-        replacement (sklearn datasets; default all, at most all).
+        Rows to generate (synthetic; default 20 000), to subsample without
+        replacement (sklearn datasets; default all, at most all), or to read from
+        the start of the file (criteo, avazu; default all).
     seed : int
         Seed of the generation, the subsample and the split.
     test_fraction : float
@@ -55,6 +78,18 @@ def load_dataset(
     positive_rate : float, optional
         Target positive rate of ``synthetic-ctr`` (default 0.1); not accepted for
         the other datasets.
+    data_path : str or Path, optional
+        The file of ``"criteo"`` or ``"avazu"`` (plain or ``.gz``); required for
+        them, not accepted for the others.
+    hash_buckets : int, optional
+        Codes per hashed categorical column of ``"criteo"``/``"avazu"`` (default
+        :data:`~tpsl_flwr.data.ctr_hashing.DEFAULT_HASH_BUCKETS`; code 0 = missing).
+    cache_dir : str or Path, optional
+        Cache of the encoded file (default ``.tpsl-cache`` beside it).
+    split : {"random", "time"}
+        ``"random"`` (every dataset): seeded, stratified. ``"time"`` (criteo,
+        avazu only): the last rows in file order (criteo) or the last day of
+        ``hour`` (avazu) are test.
 
     Returns
     -------
@@ -69,7 +104,9 @@ def load_dataset(
     ConfigError
         If ``name`` is unknown (the message lists the valid names), ``rows`` is
         not a positive int or exceeds a bundled dataset, ``test_fraction`` is not
-        in ``(0, 1)``, or ``positive_rate`` is given for a non-synthetic dataset.
+        in ``(0, 1)``, ``positive_rate`` is given for a non-synthetic dataset,
+        ``data_path`` is missing for ``"criteo"``/``"avazu"`` or given for another
+        dataset, or the file is missing or malformed.
 
     Examples
     --------
@@ -77,28 +114,94 @@ def load_dataset(
     >>> split.train.numeric.shape[1], split.num_classes, split.info["rows"]
     (30, 2, 569)
     """
-    if name not in DATASETS:
-        raise ConfigError(f"unknown dataset {name!r}; valid names: {list(DATASETS)}")
+    if name not in ALL_DATASETS:
+        raise ConfigError(
+            f"unknown dataset {name!r}; valid names: {list(ALL_DATASETS)}"
+        )
     if rows is not None and (
         isinstance(rows, bool) or not isinstance(rows, int | np.integer) or rows <= 0
     ):
         raise ConfigError(f"rows must be a positive int or None, got {rows!r}")
     if not isinstance(seed, int | np.integer) or isinstance(seed, bool):
         raise ConfigError(f"seed must be an int, got {seed!r}")
+    if name in FILE_DATASETS:
+        return _from_file(
+            name, rows, seed, test_fraction, positive_rate, data_path, hash_buckets,
+            cache_dir, split,
+        )  # fmt: skip
+    file_args = {
+        "data_path": data_path,
+        "hash_buckets": hash_buckets,
+        "cache_dir": cache_dir,
+    }
+    for arg, value in file_args.items():
+        if value is not None:
+            raise ConfigError(
+                f"{arg} applies only to {list(FILE_DATASETS)}, got {arg}={value!r} "
+                f"for {name!r}"
+            )
+    if split != "random":
+        raise ConfigError(
+            f"split={split!r} applies only to {list(FILE_DATASETS)}; {name!r} "
+            f"takes split='random'"
+        )
     split_rng, data_rng = (
         np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(2)
     )
     if name == "synthetic-ctr":
-        split = _synthetic(rows, data_rng, split_rng, test_fraction, positive_rate)
+        out = _synthetic(rows, data_rng, split_rng, test_fraction, positive_rate)
     else:
         if positive_rate is not None:
             raise ConfigError(
                 f"positive_rate applies only to 'synthetic-ctr', got "
                 f"positive_rate={positive_rate!r} for {name!r}"
             )
-        split = _bundled(name, rows, data_rng, split_rng, test_fraction)
-    split.info["seed"] = int(seed)
-    return split
+        out = _bundled(name, rows, data_rng, split_rng, test_fraction)
+    out.info["seed"] = int(seed)
+    return out
+
+
+def _from_file(
+    name: str,
+    rows: int | None,
+    seed: int,
+    test_fraction: float,
+    positive_rate: float | None,
+    data_path: str | Path | None,
+    hash_buckets: int | None,
+    cache_dir: str | Path | None,
+    split: str,
+) -> DatasetSplit:
+    """Load ``"criteo"`` or ``"avazu"`` from the user's file."""
+    if data_path is None:
+        what = (
+            "a Criteo train.txt or Kaggle train.csv"
+            if name == "criteo"
+            else ("an Avazu train.csv")
+        )
+        raise ConfigError(
+            f"dataset {name!r} reads a file: give data_path ({what}, plain or .gz)"
+        )
+    if positive_rate is not None:
+        raise ConfigError(
+            f"positive_rate applies only to 'synthetic-ctr', got "
+            f"positive_rate={positive_rate!r} for {name!r}"
+        )
+    # Imported here: pyarrow costs a quarter of a second to import.
+    from tpsl_flwr.data.avazu import load_avazu
+    from tpsl_flwr.data.criteo import load_criteo
+    from tpsl_flwr.data.ctr_hashing import DEFAULT_HASH_BUCKETS
+
+    loader = load_criteo if name == "criteo" else load_avazu
+    return loader(
+        data_path,
+        rows=None if rows is None else int(rows),
+        seed=int(seed),
+        test_fraction=test_fraction,
+        split=split,
+        hash_buckets=DEFAULT_HASH_BUCKETS if hash_buckets is None else hash_buckets,
+        cache_dir=cache_dir,
+    )
 
 
 def _synthetic(

@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_simulate(commands: Any) -> None:
-    from tpsl_flwr.data import DATASETS
+    from tpsl_flwr.data import ALL_DATASETS
 
     sim = commands.add_parser(
         "simulate",
@@ -129,7 +129,10 @@ def _add_simulate(commands: Any) -> None:
         ),
     )
     add = sim.add_argument
-    add("--dataset", choices=DATASETS)
+    add("--dataset", choices=ALL_DATASETS)
+    add("--data-path", help="the Criteo/Avazu file (plain or .gz)")
+    add("--split", choices=("random", "time"))
+    add("--hash-buckets", type=_integer("hash-buckets", 2))
     add("--rows", type=_integer("rows", 0), help="rows (0 = dataset default)")
     add("--mechanism", choices=MECHANISMS)
     add("--epsilon", type=_number("epsilon"))
@@ -143,6 +146,12 @@ def _add_simulate(commands: Any) -> None:
     add("--seed", type=_integer("seed", 0))
     add("--noise-seed", type=int, help="seed the noise key (NOT secure); -1 = OS")
     add("--out-dir")
+    add(
+        "--record-transcript",
+        dest="transcript_dir",
+        metavar="DIR",
+        help="every non-label node records what it receives into DIR",
+    )
     add(
         "--resume",
         action="store_true",
@@ -187,6 +196,52 @@ def _add_simulate(commands: Any) -> None:
     )
     flower.add_argument("--timeout", type=_number("timeout"), default=3600.0)
     flower.set_defaults(handler=_run_flower)
+
+    attack = commands.add_parser(
+        "attack",
+        help="score a recorded transcript with the black-box attacks, offline",
+        description=(
+            "Run the norm, cosine and spectral attacks on what one non-label "
+            "party recorded (simulate --record-transcript DIR), scored against "
+            "true labels you supply: no number comes from the label party."
+        ),
+    )
+    attack.add_argument("transcript", help="the folder given to --record-transcript")
+    attack.add_argument(
+        "--labels",
+        required=True,
+        help=".npy of the true training labels, indexed by sample id",
+    )
+    attack.add_argument("--partition", type=_integer("partition", 0), default=0)
+    attack.add_argument(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="write the reports as JSON ('-' = stdout)",
+    )
+    attack.set_defaults(handler=_run_attack)
+
+
+def _run_attack(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from tpsl_flwr.simulations.attacker_mod import attack_transcript
+
+    labels = np.load(args.labels)
+    reports = attack_transcript(args.transcript, labels, args.partition)
+    if args.json == "-":
+        print(json.dumps(reports, indent=2, default=float))
+        return 0
+    print(f"party {args.partition}: attack AUC per epoch (pooled; per-batch mean)")
+    for epoch, report in reports.items():
+        cells = [
+            f"{name} {report[name]:.4f} ({report['per_batch'][name]['mean']:.4f})"
+            for name in ("norm", "cosine", "spectral")
+            if report.get(name) is not None
+        ]
+        print(f"epoch {epoch + 1}: " + ", ".join(cells))
+    _write_json({str(k): v for k, v in reports.items()}, args.json)
+    return 0
 
 
 _NOT_CONFIG = {"command", "handler", "engine", "json"}

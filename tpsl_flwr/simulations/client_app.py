@@ -14,28 +14,24 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import Mod
 
 from tpsl_flwr import protocol as P
-from tpsl_flwr.data import DatasetSplit, load_dataset, partition_columns, party_features
+from tpsl_flwr.data import partition_columns, party_features
 from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.models import BottomModel
 from tpsl_flwr.parties import NonLabelParty, adam
+from tpsl_flwr.simulations.attacker_mod import record_if_configured
 from tpsl_flwr.simulations.config import ExperimentConfig
 
 PartyFactory = Callable[[Context], NonLabelParty]
 STATE_KEY = "tpsl.party-state"
-
-
-@lru_cache(maxsize=4)
-def _dataset(name: str, rows: int, seed: int, test_fraction: float) -> DatasetSplit:
-    return load_dataset(name, rows=rows or None, seed=seed, test_fraction=test_fraction)
 
 
 def partition_of(context: Context) -> tuple[int, int]:
@@ -58,7 +54,7 @@ def builtin_party(context: Context) -> NonLabelParty:
             f"this node is partition {partition} of {parties}, but the run config "
             f"has num-parties = {cfg.num_parties}"
         )
-    data = _dataset(cfg.dataset, cfg.rows, cfg.seed, cfg.test_fraction)
+    data = cfg.load_data()
     columns = partition_columns(
         data.train.numeric_names, data.train.categorical_names, parties
     )[partition]
@@ -200,14 +196,22 @@ class NonLabelHandlers:
         )
 
 
-def make_client_app(factory: PartyFactory = builtin_party) -> ClientApp:
-    """A ClientApp running the non-label protocol over ``factory``'s parties."""
+def make_client_app(
+    factory: PartyFactory = builtin_party, mods: list[Mod] | None = None
+) -> ClientApp:
+    """A ClientApp running the non-label protocol over ``factory``'s parties.
+
+    ``mods`` are Flower ClientApp mods, e.g.
+    :func:`~tpsl_flwr.simulations.attacker_mod.record_transcript` to keep what
+    the node receives for an offline attack.
+    """
     handlers = NonLabelHandlers(factory)
-    client_app = ClientApp()
+    client_app = ClientApp(mods=mods)
     client_app.query("hello")(handlers.hello)
     client_app.train()(handlers.step)
     client_app.query()(handlers.step)
     return client_app
 
 
-app = make_client_app()
+app = make_client_app(mods=[record_if_configured])
+"""The project's ClientApp; ``transcript-dir`` in the run config records it."""

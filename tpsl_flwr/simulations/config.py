@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from tpsl_flwr.accounting import check_placement
-from tpsl_flwr.data import DATASETS
+from tpsl_flwr.data import ALL_DATASETS, FILE_DATASETS, DatasetSplit, load_dataset
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.mechanisms import Mechanism, make_mechanism
@@ -27,12 +28,21 @@ class ExperimentConfig:
     ``epsilon`` applies to ``laplace``/``discrete``, ``sigma`` to ``gaussian``.
     ``noise_seed < 0`` draws the noise key from the OS (secure); a seed makes
     the noise reproducible and is reported as not secure. ``rows <= 0`` means
-    the dataset's default size.
+    the dataset's default size. ``criteo``/``avazu`` read ``data_path``,
+    hashing categoricals into ``hash_buckets`` per column (0: the loader's
+    default); ``split`` is ``random`` or ``time``. ``audit`` attacks the
+    dispatched transcript every epoch (on by default in simulations; the
+    strategy's own default, for deployments, is off). ``transcript_dir``, if
+    set, makes every non-label node record what it receives there (the
+    attacker's view, for ``tpsl-flwr attack``).
     """
 
     dataset: str = "synthetic-ctr"
+    data_path: str = ""
     rows: int = 0
     test_fraction: float = 0.2
+    split: str = "random"
+    hash_buckets: int = 0
     mechanism: str = "laplace"
     epsilon: float = 1.0
     sigma: float = 1.0
@@ -50,14 +60,18 @@ class ExperimentConfig:
     noise_seed: int = -1
     out_dir: str = "outputs"
     checkpoint: bool = True
+    audit: bool = True
+    transcript_dir: str = ""
     resume: bool = False
 
     def __post_init__(self) -> None:
-        if self.dataset not in DATASETS:
+        if self.dataset not in ALL_DATASETS:
             raise ConfigError(
                 f"unknown dataset {self.dataset!r}; "
-                f"valid datasets: {', '.join(DATASETS)}"
+                f"valid datasets: {', '.join(ALL_DATASETS)}"
             )
+        if self.dataset in FILE_DATASETS and not self.data_path:
+            raise ConfigError(f"dataset {self.dataset!r} needs data-path (a file)")
         check_placement(self.placement)
         for name in (
             "epochs",
@@ -72,6 +86,18 @@ class ExperimentConfig:
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         self.make_mechanism(2)  # validates mechanism, epsilon / sigma
+
+    def load_data(self) -> DatasetSplit:
+        """The experiment's data (each party keeps only its own part of it)."""
+        return _load_data(
+            self.dataset,
+            self.data_path,
+            self.rows,
+            self.seed,
+            self.test_fraction,
+            self.split,
+            self.hash_buckets,
+        )
 
     def make_mechanism(self, num_classes: int) -> Mechanism:
         """The configured mechanism for ``num_classes`` classes."""
@@ -129,3 +155,28 @@ def _coerce(key: str, raw: Any, kind: object) -> Any:
         raise ConfigError(
             f"run-config {key} must be a {kind_name}, got {raw!r}"
         ) from None
+
+
+@lru_cache(maxsize=4)
+def _load_data(
+    dataset: str,
+    data_path: str,
+    rows: int,
+    seed: int,
+    test_fraction: float,
+    split: str,
+    hash_buckets: int,
+) -> DatasetSplit:
+    # Cached per process: a ClientApp is rebuilt for every message it handles.
+    file_options: dict[str, Any] = {}
+    if dataset in FILE_DATASETS:
+        file_options = {"data_path": data_path, "split": split}
+        if hash_buckets:
+            file_options["hash_buckets"] = hash_buckets
+    return load_dataset(
+        dataset,
+        rows=rows or None,
+        seed=seed,
+        test_fraction=test_fraction,
+        **file_options,
+    )

@@ -17,7 +17,6 @@ import torch
 from flwr.serverapp import Grid
 
 from tpsl_flwr.accounting import privacy_spent
-from tpsl_flwr.data import load_dataset
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.models import TopModel, num_outputs_for
@@ -27,6 +26,7 @@ from tpsl_flwr.strategies import TPSLStrategy
 
 RESULTS_FILE = "results.json"
 CHECKPOINT_FILE = "label-party.pt"
+EVALUATION_LABELS = "evaluation-train-labels.npy"
 
 
 def checkpoint_path(cfg: ExperimentConfig) -> Path:
@@ -36,12 +36,7 @@ def checkpoint_path(cfg: ExperimentConfig) -> Path:
 
 def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]:
     """The label party for ``cfg`` (its labels only) and facts about the data."""
-    data = load_dataset(
-        cfg.dataset,
-        rows=cfg.rows or None,
-        seed=cfg.seed,
-        test_fraction=cfg.test_fraction,
-    )
+    data = cfg.load_data()
     num_classes = data.num_classes
     mechanism = cfg.make_mechanism(num_classes)
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -77,6 +72,7 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         steps_per_message=cfg.steps_per_message,
         order_seed=cfg.seed,
         num_nodes=cfg.num_parties,
+        audit=cfg.audit,
     )
     if saved is not None:
         party.load_state_dict(saved["party"])
@@ -159,5 +155,10 @@ def run_label_party(
             results[key] = final[key]
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if cfg.transcript_dir:
+        # Ground truth for scoring the recorded transcript offline
+        # (`tpsl-flwr attack`): the experimenter's file, not a message.
+        np.save(out / EVALUATION_LABELS, strategy.party.labels)
+        results["evaluation_labels"] = str(out / EVALUATION_LABELS)
     (out / RESULTS_FILE).write_text(json.dumps(results, indent=2, default=_jsonable))
     return results

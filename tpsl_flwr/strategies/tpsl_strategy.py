@@ -38,6 +38,7 @@ from tpsl_flwr.accounting import privacy_spent
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.metrics import classification_metrics
 from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.transcript_audit import TranscriptAudit
 from tpsl_flwr.validation import check_int
 
 EpochCallback = Callable[[int, dict[str, Any]], None]
@@ -86,6 +87,10 @@ class TPSLStrategy(Strategy):
         checkpoint); ``record`` is the epoch's history entry.
     node_wait
         Seconds to wait for ``num_nodes`` nodes to register.
+    audit
+        Attack the dispatched transcript every epoch (norm, cosine, spectral,
+        white-box SDA) and add ``attack_auc`` to each epoch's history entry.
+        Off by default: it costs ``k`` extra backward passes per step.
     """
 
     def __init__(
@@ -100,6 +105,7 @@ class TPSLStrategy(Strategy):
         num_nodes: int | None = None,
         on_epoch_end: EpochCallback | None = None,
         node_wait: float = 60.0,
+        audit: bool = False,
     ) -> None:
         for name, value in (
             ("batch_size", batch_size),
@@ -118,6 +124,8 @@ class TPSLStrategy(Strategy):
         self.num_nodes = num_nodes
         self.on_epoch_end = on_epoch_end
         self.node_wait = node_wait
+        self.audit = audit
+        self._audit: TranscriptAudit | None = None
         self.nodes: list[_Node] = []
         self.history: list[dict[str, Any]] = []
         self.start_epoch = 0
@@ -342,7 +350,10 @@ class TPSLStrategy(Strategy):
         embeddings = self._embeddings(by_node, state.in_flight)
         state.pending = []
         for ids, emb in zip(state.in_flight, embeddings, strict=True):
-            grad = self.party.train_step(ids, emb, epoch=state.epoch)
+            if self._audit is not None:
+                grad = self._audit.step(self.party, ids, emb, state.epoch)
+            else:
+                grad = self.party.train_step(ids, emb, epoch=state.epoch)
             state.pending.append((ids, grad))
             state.samples += ids.size
         return None, MetricRecord({"samples": state.samples})
@@ -371,6 +382,15 @@ class TPSLStrategy(Strategy):
         (emb,) = self._embeddings(by_node, [ids])
         probs = self.party.predict(emb)
         return MetricRecord(dict(classification_metrics(self.test_labels, probs)))
+
+    def _auc_bound(self) -> float | None:
+        spent = privacy_spent(
+            self.party.mechanism,
+            self.party.placement,
+            self.epochs,
+            self.party.reuse_noise,
+        )
+        return spent.auc_bound
 
     # -------------------------------------------------------------------- run
     def start(
@@ -412,6 +432,8 @@ class TPSLStrategy(Strategy):
         for epoch in range(self.start_epoch, self.epochs):
             started = time.perf_counter()
             self._state = _StepState(epoch=epoch, batches=self.epoch_batches(epoch))
+            if self.audit:
+                self._audit = TranscriptAudit([(n.offset, n.width) for n in self.nodes])
             while self._state.cursor < len(self._state.batches):
                 server_round += 1
                 messages = self.configure_train(
@@ -425,15 +447,21 @@ class TPSLStrategy(Strategy):
                 timeout=timeout,
             )
             metrics = self.aggregate_evaluate(server_round, replies)
+            attacks = None
+            if self._audit is not None:
+                attacks = self._audit.epoch_report(self._auc_bound())
             seconds = time.perf_counter() - started
+            training = seconds - (attacks["seconds"] if attacks else 0.0)
             entry: dict[str, Any] = {
                 "epoch": epoch + 1,
                 "seconds": seconds,
                 "samples": self._state.samples,
-                "samples_per_second": self._state.samples / seconds,
+                "samples_per_second": self._state.samples / training,
                 "steps": self.party.steps,
             }
             entry.update(dict(metrics or {}))
+            if attacks is not None:
+                entry["attack_auc"] = attacks
             self.history.append(entry)
             _record_epoch(result, entry)
             log(INFO, "epoch %d/%d  %s", epoch + 1, self.epochs, _progress_line(entry))
@@ -458,4 +486,11 @@ def _progress_line(entry: dict[str, Any]) -> str:
     for key in ("test_auc", "test_accuracy", "test_logloss"):
         if key in entry and not math.isnan(entry[key]):
             parts.append(f"{key} {entry[key]:.4f}")
+    attacks = entry.get("attack_auc")
+    if attacks:
+        names = ("norm", "spectral", "sda", "sda_top1")
+        found = [f"{n} {attacks[n]:.3f}" for n in names if attacks.get(n) is not None]
+        bound = attacks.get("auc_bound")
+        ceiling = f" (ceiling {bound:.3f})" if bound is not None else ""
+        parts.append("attack " + " ".join(found) + ceiling)
     return ", ".join(parts)

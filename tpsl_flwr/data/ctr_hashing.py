@@ -1,0 +1,197 @@
+r"""The hashing trick and the count transform of the CTR loaders (numpy only).
+
+**Hashing.** A categorical token (the bytes of one field, e.g. Criteo's
+``"68fd1e64"``) of column ``name`` goes to bucket
+
+    h = fmix64(fnv1a64(name + "\x1f" + token) ^ (seed * 0x9E3779B97F4A7C15))
+    code = 1 + h mod (buckets - 1)
+
+with ``fnv1a64`` the 64-bit FNV-1a hash (offset basis ``0xcbf29ce484222325``, prime
+``0x100000001b3``) and ``fmix64`` MurmurHash3's 64-bit finalizer, all arithmetic
+modulo ``2**64``. Code 0 is kept for a missing (empty) field, so a column hashed
+into ``buckets`` codes has cardinality ``buckets``. The function depends on nothing
+but the bytes, the column name and the seed: the same token gets the same code in
+every run, on every machine and in any language (Python's ``hash()`` of a string is
+salted per process and is never used). Putting the column name in the hash makes
+the same token in two columns independent draws. The loop runs over byte
+*positions* (at most the longest token), each step vectorised over every row.
+
+**Counts.** Integer count columns ``x`` become ``sign(x) * log(1 + |x|)``: the
+``log1p`` transform DLRM applies to Criteo's counts, extended to keep the sign of
+the few negative values (Criteo's ``I2`` holds -1, -2, -3) instead of clipping
+them; a missing count becomes 0 after the transform.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_HASH_BUCKETS",
+    "count_transform",
+    "fmix64",
+    "hash_buckets_of",
+    "hash_tokens",
+]
+
+DEFAULT_HASH_BUCKETS = 2**15
+"""Codes per hashed column (code 0 = missing) unless told otherwise."""
+
+_MASK = (1 << 64) - 1
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = np.uint64(0x100000001B3)
+_GOLDEN = 0x9E3779B97F4A7C15
+_SEPARATOR = 0x1F
+"""ASCII unit separator between the column name and the token."""
+
+
+def fmix64(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finalizer (a bijection that mixes every bit).
+
+    Parameters
+    ----------
+    h : np.ndarray
+        uint64 values.
+
+    Returns
+    -------
+    np.ndarray
+        uint64 mixed values.
+
+    Examples
+    --------
+    >>> hex(int(fmix64(np.array([1], dtype=np.uint64))[0]))
+    '0xb456bcfc34c2cb2c'
+    """
+    h = np.asarray(h, dtype=np.uint64).copy()
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xFF51AFD7ED558CCD)
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xC4CEB9FE1A85EC53)
+    h ^= h >> np.uint64(33)
+    return h
+
+
+def _column_state(column: str) -> int:
+    """FNV-1a state after the column name and the separator byte."""
+    state = _FNV_OFFSET
+    for byte in column.encode("utf-8") + bytes([_SEPARATOR]):
+        state = ((state ^ byte) * int(_FNV_PRIME)) & _MASK
+    return state
+
+
+def hash_buckets_of(
+    data: np.ndarray,
+    offsets: np.ndarray,
+    column: str,
+    buckets: int,
+    seed: int = 0,
+) -> np.ndarray:
+    """Bucket codes of ``n`` tokens stored back to back (Arrow string layout).
+
+    Parameters
+    ----------
+    data : np.ndarray
+        uint8 bytes of all tokens, concatenated.
+    offsets : np.ndarray
+        ``(n + 1,)`` integer offsets: token ``i`` is ``data[offsets[i]:offsets[i+1]]``.
+    column : str
+        Column name (part of the hash).
+    buckets : int
+        Codes per column, at least 2; code 0 is an empty token.
+    seed : int
+        Hash seed (0 by default); another seed gives independent buckets.
+
+    Returns
+    -------
+    np.ndarray
+        ``(n,)`` int64 codes in ``[0, buckets)``; 0 exactly for empty tokens.
+    """
+    off = np.asarray(offsets, dtype=np.int64)
+    starts = off[:-1]
+    lengths = off[1:] - starts
+    n = lengths.shape[0]
+    state = np.full(n, _column_state(column), dtype=np.uint64)
+    width = int(lengths.max()) if n else 0
+    if width:
+        raw = np.asarray(data, dtype=np.uint8)
+        nonempty = lengths[lengths > 0]
+        if nonempty.min() == width:
+            # Every token has the same length (Criteo's 8 hex digits): one gather.
+            rows = np.flatnonzero(lengths)
+            mat = raw[starts[None, rows] + np.arange(width)[:, None]]
+            sub = state[rows]
+            for k in range(width):
+                sub ^= mat[k]
+                sub *= _FNV_PRIME
+            state[rows] = sub
+        else:
+            for k in range(width):
+                active = lengths > k
+                byte = raw[np.where(active, starts + k, 0)].astype(np.uint64)
+                state = np.where(active, (state ^ byte) * _FNV_PRIME, state)
+    mixed = fmix64(state ^ np.uint64((int(seed) * _GOLDEN) & _MASK))
+    codes = (mixed % np.uint64(buckets - 1)).astype(np.int64) + 1
+    codes[lengths == 0] = 0
+    return codes
+
+
+def hash_tokens(
+    tokens: Sequence[str | bytes], column: str, buckets: int, seed: int = 0
+) -> np.ndarray:
+    """Bucket codes of a few tokens given as Python strings (tests, look-ups).
+
+    Parameters
+    ----------
+    tokens : sequence of str or bytes
+        Field values as they appear in the file (``""`` = missing).
+    column : str
+        Column name.
+    buckets : int
+        Codes per column, at least 2.
+    seed : int
+        Hash seed.
+
+    Returns
+    -------
+    np.ndarray
+        ``(len(tokens),)`` int64 codes, equal to what the loaders produce.
+
+    Examples
+    --------
+    >>> hash_tokens(["68fd1e64", "", "05db9164"], "C1", 1000).tolist()
+    [601, 0, 966]
+    """
+    raw = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in tokens]
+    offsets = np.zeros(len(raw) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(t) for t in raw])
+    data = np.frombuffer(b"".join(raw), dtype=np.uint8)
+    return hash_buckets_of(data, offsets, column, buckets, seed)
+
+
+def count_transform(values: np.ndarray, missing: np.ndarray) -> np.ndarray:
+    """``sign(x) * log1p(|x|)`` of integer counts, 0 where missing.
+
+    Parameters
+    ----------
+    values : np.ndarray
+        ``(n,)`` integer counts (any value where ``missing``).
+    missing : np.ndarray
+        ``(n,)`` bool.
+
+    Returns
+    -------
+    np.ndarray
+        ``(n,)`` float32.
+
+    Examples
+    --------
+    >>> count_transform(np.array([0, 1, -2, 5]), np.array([0, 0, 0, 1], bool))
+    array([ 0.       ,  0.6931472, -1.0986123,  0.       ], dtype=float32)
+    """
+    x = np.asarray(values, dtype=np.float64)
+    out = np.sign(x) * np.log1p(np.abs(x))
+    out[np.asarray(missing, dtype=bool)] = 0.0
+    return out.astype(np.float32)
