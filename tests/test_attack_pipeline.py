@@ -76,3 +76,7 @@ def test_attack_auc_is_in_every_epoch_with_its_ceiling(tmp_path):
     assert set(attack) >= {"norm", "cosine", "spectral", "sda", "per_batch", "seconds"}
     # 456 samples: the SDA AUC's standard error is ~0.023; 4 SE above the ceiling.
     assert attack["sda"] < 0.7311 + 0.1
+    report = (tmp_path / "report.md").read_text()
+    assert "| epoch | test_auc | norm | cosine | spectral | sda | ceiling |" in report
+    assert "| 1 | " in report and "0.7311 |" in report
+    assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

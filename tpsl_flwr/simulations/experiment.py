@@ -22,6 +22,7 @@ from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.models import TopModel, num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
 from tpsl_flwr.simulations.config import ExperimentConfig
+from tpsl_flwr.simulations.run_report import write_report
 from tpsl_flwr.strategies import TPSLStrategy
 
 RESULTS_FILE = "results.json"
@@ -161,4 +162,5 @@ def run_label_party(
         np.save(out / EVALUATION_LABELS, strategy.party.labels)
         results["evaluation_labels"] = str(out / EVALUATION_LABELS)
     (out / RESULTS_FILE).write_text(json.dumps(results, indent=2, default=_jsonable))
+    write_report(results, out)
     return results

@@ -1,0 +1,134 @@
+"""Per-run report: a Markdown summary and a PNG plot of utility and attacks.
+
+Written by the label party next to ``results.json``: test AUC (or accuracy)
+and each attack's AUC per epoch, with the epsilon-DP ceiling on any attack
+drawn as a line (Yang et al., Tables 1-3 and Figure 5, for one run).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+REPORT_MD = "report.md"
+REPORT_PNG = "report.png"
+ATTACKS = ("norm", "cosine", "spectral", "sda", "sda_top1")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4f}"
+    return str(value)
+
+
+def _utility_key(history: list[dict[str, Any]]) -> str:
+    return "test_auc" if history and "test_auc" in history[0] else "test_accuracy"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The run's summary as Markdown (settings, privacy, per-epoch table)."""
+    history = results.get("history", [])
+    utility = _utility_key(history)
+    param = (
+        f"sigma = {results['sigma']}"
+        if results.get("sigma") is not None
+        else f"epsilon = {results.get('epsilon')}"
+    )
+    lines = [
+        f"# TPSL run: {results['mechanism']} ({param}), {results['dataset']}",
+        "",
+        f"- engine: {results['engine']}; parties: {results['num_parties']}; "
+        f"placement: {results['placement']}; epochs: {results['epochs']}",
+        f"- epsilon spent per label: {results['epsilon_spent']}; noise key: "
+        f"{'secure' if results['noise_key']['secure'] else 'seeded (NOT secure)'}",
+        f"- final {utility}: {_fmt(results.get(utility))}; "
+        f"samples/s: {results['samples_per_second']:.0f}",
+    ]
+    lines += [f"- note: {note}" for note in results.get("privacy", {}).get("notes", [])]
+    attacks = [
+        a
+        for a in ATTACKS
+        if any(
+            a in (h.get("attack_auc") or {}) and h["attack_auc"][a] is not None
+            for h in history
+        )
+    ]
+    header = ["epoch", utility, *attacks, "ceiling"] if attacks else ["epoch", utility]
+    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for h in history:
+        row = [str(h["epoch"]), _fmt(h.get(utility))]
+        if attacks:
+            found = h.get("attack_auc") or {}
+            row += [_fmt(found.get(a)) for a in attacks]
+            row.append(_fmt(found.get("auc_bound")))
+        lines.append("| " + " | ".join(row) + " |")
+    if attacks:
+        lines += [
+            "",
+            "Attack AUCs are pooled over each epoch's training samples, on what "
+            "party 0 received (white-box SDA uses the top model of each step). "
+            "The ceiling e^eps/(1+e^eps) bounds any attack on an eps-DP label.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Plot utility and attack AUCs per epoch, with the ceiling, to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    history = results.get("history", [])
+    utility = _utility_key(history)
+    epochs = [h["epoch"] for h in history]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
+    ax.plot(
+        epochs,
+        [h.get(utility, math.nan) for h in history],
+        "k-o",
+        label=utility.replace("_", " "),
+    )
+    for name in ATTACKS:
+        values = [(h.get("attack_auc") or {}).get(name) for h in history]
+        if any(v is not None for v in values):
+            ax.plot(
+                epochs,
+                [math.nan if v is None else v for v in values],
+                "--.",
+                label=f"{name} attack",
+            )
+    bound = next(
+        (
+            (h.get("attack_auc") or {}).get("auc_bound")
+            for h in history
+            if (h.get("attack_auc") or {}).get("auc_bound") is not None
+        ),
+        None,
+    )
+    if bound is not None and bound < 1.0:
+        ax.axhline(bound, color="red", linewidth=1, label=f"eps-DP ceiling {bound:.3f}")
+    ax.set_xlabel("epoch")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylabel("AUC / accuracy")
+    ax.set_ylim(0.0, 1.02)
+    ax.set_title(
+        f"{results['dataset']}: {results['mechanism']}, "
+        f"epsilon spent {results['epsilon_spent']}"
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_report(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    """Write ``report.md`` and ``report.png`` into ``out_dir``."""
+    md_path, png_path = out_dir / REPORT_MD, out_dir / REPORT_PNG
+    md_path.write_text(markdown(results))
+    plot(results, png_path)
+    return md_path, png_path
