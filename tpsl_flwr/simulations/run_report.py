@@ -81,6 +81,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     history = results.get("history", [])
     utility = _utility_key(history)
@@ -112,7 +113,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     if bound is not None and bound < 1.0:
         ax.axhline(bound, color="red", linewidth=1, label=f"eps-DP ceiling {bound:.3f}")
     ax.set_xlabel("epoch")
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("AUC / accuracy")
     ax.set_ylim(0.0, 1.02)
     ax.set_title(

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
@@ -38,18 +38,18 @@ from tpsl_flwr.accounting import privacy_spent
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.metrics import classification_metrics
 from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.strategies.node_messages import (
+    Node,
+    check_replies,
+    describe_nodes,
+    gather_embeddings,
+    hello_messages,
+    step_message,
+)
 from tpsl_flwr.transcript_audit import TranscriptAudit
 from tpsl_flwr.validation import check_int
 
 EpochCallback = Callable[[int, dict[str, Any]], None]
-
-
-@dataclass
-class _Node:
-    node_id: int
-    partition: int
-    width: int
-    offset: int
 
 
 @dataclass
@@ -126,7 +126,7 @@ class TPSLStrategy(Strategy):
         self.node_wait = node_wait
         self.audit = audit
         self._audit: TranscriptAudit | None = None
-        self.nodes: list[_Node] = []
+        self.nodes: list[Node] = []
         self.history: list[dict[str, Any]] = []
         self.start_epoch = 0
         self._state = _StepState()
@@ -207,97 +207,17 @@ class TPSLStrategy(Strategy):
             node_ids = list(grid.get_node_ids())
         if not node_ids:
             raise ProtocolError("no non-label nodes are connected")
-        config = ConfigRecord(
-            {} if resume_epoch is None else {P.RESUME_EPOCH: resume_epoch}
+        replies = grid.send_and_receive(
+            hello_messages(node_ids, resume_epoch), timeout=timeout
         )
-        messages = [
-            Message(
-                RecordDict({P.CONFIG: config}), dst_node_id=n, message_type=P.MSG_HELLO
-            )
-            for n in node_ids
-        ]
-        replies = self._replies(
-            grid.send_and_receive(messages, timeout=timeout), node_ids
-        )
-        described = []
-        for node_id, reply in replies.items():
-            info = reply.content.config_records.get(P.NODE)
-            if info is None:
-                raise ProtocolError(f"node {node_id} did not describe itself")
-            described.append(
-                (
-                    P.as_int(info[P.PARTITION_ID], "partition-id"),
-                    node_id,
-                    P.as_int(info[P.EMBEDDING_DIM], "embedding-dim"),
-                )
-            )
-        described.sort()
-        partitions = [p for p, _, _ in described]
-        if partitions != list(range(len(described))):
-            raise ProtocolError(
-                f"nodes report partitions {partitions}; "
-                f"expected 0..{len(described) - 1}"
-            )
-        offset, self.nodes = 0, []
-        for partition, node_id, width in described:
-            self.nodes.append(_Node(node_id, partition, width, offset))
-            offset += width
+        self.nodes = describe_nodes(check_replies([], replies, node_ids))
+        offset = sum(node.width for node in self.nodes)
         top_in = getattr(self.party.top, "in_dim", offset)
         if top_in != offset:
             raise ConfigError(
                 f"the top model takes {top_in} inputs but the {len(self.nodes)} nodes' "
                 f"embeddings add up to {offset}"
             )
-
-    # --------------------------------------------------------------- messages
-    def _node_label(self, node_id: int) -> str:
-        for node in self.nodes:
-            if node.node_id == node_id:
-                return f"node {node_id} (partition {node.partition})"
-        return f"node {node_id}"
-
-    def _replies(
-        self, replies: Iterable[Message], expected: Iterable[int]
-    ) -> dict[int, Message]:
-        by_node: dict[int, Message] = {}
-        for reply in replies:
-            src = reply.metadata.src_node_id
-            if reply.has_error():
-                raise ProtocolError(
-                    f"{self._node_label(src)} replied with an error: "
-                    f"{reply.error.reason}"
-                )
-            by_node[src] = reply
-        missing = [n for n in expected if n not in by_node]
-        if missing:
-            names = ", ".join(self._node_label(n) for n in missing)
-            raise ProtocolError(f"no reply from {names} before the timeout")
-        return by_node
-
-    def _message(
-        self,
-        node: _Node,
-        message_type: str,
-        config: dict[str, Any],
-        new_ids: list[np.ndarray],
-    ) -> Message:
-        content = RecordDict({P.CONFIG: ConfigRecord(config)})
-        content[P.NEW_IDS] = ArrayRecord(
-            {
-                P.batch_key(j): Array(ids.astype(np.int64))
-                for j, ids in enumerate(new_ids)
-            }
-        )
-        grads: dict[str, Array] = {}
-        for j, (ids, grad) in enumerate(self._state.pending):
-            ids_key, grad_key = P.grad_keys(j)
-            grads[ids_key] = Array(ids.astype(np.int64))
-            piece = grad[:, node.offset : node.offset + node.width]
-            grads[grad_key] = Array(
-                np.ascontiguousarray(piece.numpy(), dtype=np.float32)
-            )
-        content[P.GRADS] = ArrayRecord(grads)
-        return Message(content, dst_node_id=node.node_id, message_type=message_type)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -310,44 +230,17 @@ class TPSLStrategy(Strategy):
         state.cursor += len(state.in_flight)
         settings = {P.EPOCH: state.epoch, P.ROUND: server_round, P.SPLIT: "train"}
         return [
-            self._message(n, P.MSG_TRAIN, settings, state.in_flight) for n in self.nodes
+            step_message(n, P.MSG_TRAIN, settings, state.in_flight, state.pending)
+            for n in self.nodes
         ]
-
-    def _embeddings(
-        self, replies: dict[int, Message], batches: list[np.ndarray]
-    ) -> list[torch.Tensor]:
-        out = []
-        for j, ids in enumerate(batches):
-            parts = []
-            for node in self.nodes:
-                record = replies[node.node_id].content.array_records.get(P.EMBEDDINGS)
-                key = P.batch_key(j)
-                if record is None or key not in record:
-                    raise ProtocolError(
-                        f"{self._node_label(node.node_id)} sent no embeddings for {key}"
-                    )
-                emb = record[key].numpy()
-                if emb.shape != (ids.size, node.width):
-                    raise ProtocolError(
-                        f"{self._node_label(node.node_id)} sent embeddings of shape "
-                        f"{emb.shape} for {key}; expected {(ids.size, node.width)}"
-                    )
-                if not np.all(np.isfinite(emb)):
-                    raise ProtocolError(
-                        f"{self._node_label(node.node_id)} sent NaN or inf "
-                        f"embeddings for {key}"
-                    )
-                parts.append(torch.as_tensor(emb, dtype=torch.float32))
-            out.append(torch.cat(parts, dim=1))
-        return out
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Run GradPerturb steps on the returned embeddings; stash the gradients."""
         state = self._state
-        by_node = self._replies(replies, [n.node_id for n in self.nodes])
-        embeddings = self._embeddings(by_node, state.in_flight)
+        by_node = check_replies(self.nodes, replies, [n.node_id for n in self.nodes])
+        embeddings = gather_embeddings(self.nodes, by_node, state.in_flight)
         state.pending = []
         for ids, emb in zip(state.in_flight, embeddings, strict=True):
             if self._audit is not None:
@@ -366,20 +259,22 @@ class TPSLStrategy(Strategy):
         settings.update(dict(config))
         n_test = 0 if self.test_labels is None else int(self.test_labels.size)
         test_ids = [np.arange(n_test, dtype=np.int64)] if n_test else []
+        pending = self._state.pending
         return [
-            self._message(n, P.MSG_EMBED_TEST, settings, test_ids) for n in self.nodes
+            step_message(n, P.MSG_EMBED_TEST, settings, test_ids, pending)
+            for n in self.nodes
         ]
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         """Test metrics computed at the label party from the test embeddings."""
-        by_node = self._replies(replies, [n.node_id for n in self.nodes])
+        by_node = check_replies(self.nodes, replies, [n.node_id for n in self.nodes])
         self._state.pending = []
         if self.test_labels is None:
             return None
         ids = np.arange(self.test_labels.size)
-        (emb,) = self._embeddings(by_node, [ids])
+        (emb,) = gather_embeddings(self.nodes, by_node, [ids])
         probs = self.party.predict(emb)
         return MetricRecord(dict(classification_metrics(self.test_labels, probs)))
 
