@@ -1,4 +1,10 @@
-"""Engines: in-process grid, Ray simulation via `flwr run`, loopback deployment."""
+"""Engines: in-process grid, Ray simulation via `flwr run`, loopback deployment.
+
+The in-process tests use a tiny ServerApp/ClientApp defined here. The two real
+Flower tests run the repo's own TPSL app (``[tool.flwr.app]`` of the repo's
+``pyproject.toml``) as subprocesses and check that every process they started
+is gone afterwards.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
-from flwr.serverapp import Grid
+from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.task_identity import TaskIdentity
 
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.simulations.client_app import app as tpsl_client_app
+from tpsl_flwr.simulations.config import ExperimentConfig
+from tpsl_flwr.simulations.experiment import run_label_party
 from tpsl_flwr.simulations.inprocess import InProcessGrid, run_inprocess
 from tpsl_flwr.simulations.launch import (
     CompletedRun,
@@ -26,21 +36,65 @@ from tpsl_flwr.simulations.launch import (
     run_flwr_simulation,
 )
 
-TOY_APP_DIR = Path(__file__).parent / "flower_toy_app"
-if str(TOY_APP_DIR) not in sys.path:
-    sys.path.insert(0, str(TOY_APP_DIR))
+APP_DIR = Path(__file__).parents[1]
+"""The repo root: its pyproject.toml declares the TPSL Flower app."""
 
-from flwr_toy_app.client_app import app as toy_client  # noqa: E402
-from flwr_toy_app.server_app import app as toy_server  # noqa: E402
-from flwr_toy_app.server_app import main as toy_main  # noqa: E402
+# ------------------------------------------------------------------- toy app
+# A minimal ServerApp/ClientApp pair for the in-process grid tests: one
+# ``train`` message per node per round; each node replies with its partition
+# and a counter kept in ``context.state``.
+toy_client = ClientApp()
+toy_server = ServerApp()
+TOY_STATE_KEY = "toy-state"
+TOY_CONFIG: dict[str, Any] = {"num-rounds": 2, "fail-partition": -1}
 
-TOY_CONFIG: dict[str, Any] = {
-    "num-rounds": 2,
-    "expected-nodes": 3,
-    "result-path": "",
-    "fail-partition": -1,
-    "wait-for-nodes-s": 1.0,
-}
+
+@toy_client.train()
+def _toy_train(msg: Message, context: Context) -> Message:
+    partition_id = int(context.node_config["partition-id"])
+    if partition_id == int(msg.content["config"]["fail-partition"]):
+        raise RuntimeError(f"toy failure on partition {partition_id}")
+    if TOY_STATE_KEY not in context.state:
+        context.state[TOY_STATE_KEY] = ConfigRecord({"counter": 0})
+    record = context.state.config_records[TOY_STATE_KEY]
+    record["counter"] = int(record["counter"]) + 1
+    reply = ConfigRecord(
+        {
+            "partition-id": partition_id,
+            "num-partitions": int(context.node_config["num-partitions"]),
+            "counter": int(record["counter"]),
+            "node-id": str(context.node_id),
+        }
+    )
+    return Message(RecordDict({"reply": reply}), reply_to=msg)
+
+
+@toy_client.query("echo")
+def _toy_echo(msg: Message, context: Context) -> Message:
+    return Message(msg.content, reply_to=msg)
+
+
+@toy_server.main()
+def toy_main(grid: Grid, context: Context) -> dict[str, Any]:
+    cfg = context.run_config
+    node_ids = sorted(grid.get_node_ids())
+    rounds: list[list[dict[str, Any]]] = []
+    for _ in range(int(cfg["num-rounds"])):
+        config = ConfigRecord({"fail-partition": int(cfg["fail-partition"])})
+        messages = [
+            Message(RecordDict({"config": config}), dst_node_id=n, message_type="train")
+            for n in node_ids
+        ]
+        this_round = []
+        for reply in grid.send_and_receive(messages):
+            entry: dict[str, Any] = {"src-node-id": reply.metadata.src_node_id}
+            if reply.has_error():
+                entry["error"] = reply.error.reason or ""
+            else:
+                entry.update(dict(reply.content.config_records["reply"]))
+            this_round.append(entry)
+        rounds.append(sorted(this_round, key=lambda e: e["src-node-id"]))
+    return {"node-ids": node_ids, "rounds": rounds}
 
 
 def _assert_toy_result(result: dict[str, Any], num_nodes: int, rounds: int) -> None:
@@ -70,7 +124,7 @@ def test_inprocess_runs_toy_app_unchanged() -> None:
 
 
 def test_inprocess_accepts_plain_main_function() -> None:
-    config = {**TOY_CONFIG, "num-rounds": 1, "expected-nodes": 2}
+    config = {**TOY_CONFIG, "num-rounds": 1}
     result = run_inprocess(toy_main, toy_client, 2, config)
     _assert_toy_result(result, num_nodes=2, rounds=1)
 
@@ -242,7 +296,7 @@ def test_inprocess_restores_task_identity() -> None:
         None,
         None,
     )
-    run_inprocess(toy_server, toy_client, 1, {**TOY_CONFIG, "expected-nodes": 1})
+    run_inprocess(toy_server, toy_client, 1, TOY_CONFIG)
     assert TaskIdentity._run_id is None
     assert TaskIdentity._node_id is None
 
@@ -266,46 +320,112 @@ def test_completed_run_check_raises_on_failure(tmp_path: Path) -> None:
 
 def test_launchers_reject_unknown_run_config_keys(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not-a-key"):
-        run_flwr_simulation(TOY_APP_DIR, 1, {"not-a-key": 1}, tmp_path, timeout=5)
+        run_flwr_simulation(APP_DIR, 1, {"not-a-key": 1}, tmp_path, timeout=5)
     assert not (tmp_path / "flwr-run.log").exists()  # nothing was launched
     runtime = DeploymentRuntime(1, tmp_path / "logs")
     with pytest.raises(FlowerLaunchError, match="not started"):
-        runtime.run(TOY_APP_DIR, {"num-rounds": 1})
+        runtime.run(APP_DIR, {"epochs": 1})
     assert runtime.stop() == []
 
 
 # ----------------------------------------------------------- real Flower runs
-def _read_result(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
+# Both tests run the TPSL app itself on breast-cancer (456 training rows) for
+# one epoch, two non-label parties (SuperNodes), Laplace eps 1 with a seeded
+# noise key, and compare its numbers with the in-process engine's on the same
+# merged config: the same ServerApp/ClientApp code gives the same model.
 
 
-def test_flwr_run_simulation_toy_app(tmp_path: Path) -> None:
-    # Prepare
-    result_path = tmp_path / "result.json"
-    config = {**TOY_CONFIG, "expected-nodes": 2, "result-path": str(result_path)}
-    config["wait-for-nodes-s"] = 30.0  # main() may start before nodes register
+def _tpsl_config(out_dir: Path, **overrides: Any) -> dict[str, Any]:
+    """A tiny, fast run config (kebab-case overrides of the app's defaults)."""
+    config: dict[str, Any] = {
+        "dataset": "breast-cancer",
+        "mechanism": "laplace",
+        "epsilon": 1.0,
+        "epochs": 1,
+        "batch-size": 128,
+        "num-parties": 2,
+        "noise-seed": 0,
+        "checkpoint": True,
+        "out-dir": str(out_dir),
+    }
+    config.update(overrides)
+    return config
+
+
+def _app_defaults() -> dict[str, Any]:
+    pyproject = tomli.loads((APP_DIR / "pyproject.toml").read_text(encoding="utf-8"))
+    return dict(pyproject["tool"]["flwr"]["app"]["config"])
+
+
+def _inprocess_history(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """The epoch-1 history entry of the same run on the in-process engine."""
+    merged = {**_app_defaults(), **config, "out-dir": str(out_dir)}
+    cfg = ExperimentConfig.from_run_config(merged)
+    grid = InProcessGrid(tpsl_client_app, cfg.num_parties, run_config=merged)
+    results = grid.run_server(lambda g, _c: run_label_party(g, cfg, "local"))
+    return dict(results["history"][0])
+
+
+def _assert_tpsl_results(out_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
+    results = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
+    assert results["engine"] == "flower"
+    assert results["mechanism"] == "laplace"
+    assert results["epsilon_spent"] == 1.0
+    assert results["num_parties"] == 2
+    assert results["dataset"] == "breast-cancer"
+    assert 0.5 < results["test_auc"] <= 1.0
+    assert results["noise_key"]["secure"] is False  # seeded
+    assert [h["epoch"] for h in results["history"]] == [1]
+    assert results["history"][0]["samples"] == results["train_rows"] == 456
+    assert results["config"]["batch-size"] == config["batch-size"]
+    assert results["config"]["steps-per-message"] == config.get("steps-per-message", 1)
+    # Each SuperNode ran the ClientApp for its own partition and checkpointed it
+    for partition in (0, 1):
+        assert (out_dir / "checkpoints" / f"party-{partition}.pt").exists()
+    # Same numbers as the in-process engine on the same config
+    expected = _inprocess_history(config, out_dir.parent / "inprocess")
+    got = results["history"][0]
+    for key in ("test_auc", "test_accuracy", "test_logloss"):
+        assert got[key] == pytest.approx(expected[key], rel=1e-6, abs=1e-9), key
+    return results
+
+
+@pytest.mark.timeout(420)
+def test_flwr_run_simulation_runs_tpsl_app(tmp_path: Path) -> None:
+    # Prepare: 4 steps of 128, one message per step (Ray round trips are cheap)
+    out_dir = tmp_path / "out"
+    config = _tpsl_config(out_dir)
 
     # Execute
     start = time.perf_counter()
     run = run_flwr_simulation(
-        TOY_APP_DIR, 2, config, flwr_home=tmp_path / "flwr-home", timeout=120
+        APP_DIR,
+        2,
+        config,
+        flwr_home=tmp_path / "flwr-home",
+        timeout=300,
+        check=False,
     )
     elapsed = time.perf_counter() - start
 
     # Assert
     print(f"flwr run simulation: run {run.wall_s:.1f} s, with cleanup {elapsed:.1f} s")
-    assert run.ok, run.output[-3000:]
-    _assert_toy_result(_read_result(result_path), num_nodes=2, rounds=2)
+    assert run.ok, f"{run.status} ({run.status_details})\n{run.output[-3000:]}"
+    assert run.returncode == 0
+    _assert_tpsl_results(out_dir, config)
     assert find_launched_processes(run.launch_id) == []
     assert (tmp_path / "flwr-home" / "local-superlink" / "superlink.log").exists()
 
 
-def test_deployment_runtime_toy_app(tmp_path: Path) -> None:
-    # Prepare
-    result_path = tmp_path / "result.json"
-    config = {**TOY_CONFIG, "expected-nodes": 2, "result-path": str(result_path)}
-    config["wait-for-nodes-s"] = 30.0  # main() may start before nodes register
-    failing = {**config, "num-rounds": 0, "result-path": str(tmp_path / "no/x.json")}
+@pytest.mark.timeout(600)
+def test_deployment_runtime_runs_tpsl_app(tmp_path: Path) -> None:
+    # Prepare: every message costs a fresh `flwr-clientapp` process per node
+    # plus the SuperNodes' 3 s polls, so keep it to 3 round trips: hello, one
+    # train message carrying all 4 steps (batch 128, steps-per-message 4), and
+    # the test-embedding query.
+    out_dir = tmp_path / "out"
+    config = _tpsl_config(out_dir, **{"steps-per-message": 4})
+    failing = _tpsl_config(tmp_path / "failing", epsilon=0.0)  # ConfigError
     runtime = DeploymentRuntime(2, tmp_path / "logs", startup_timeout=60)
     start = time.perf_counter()
 
@@ -314,22 +434,30 @@ def test_deployment_runtime_toy_app(tmp_path: Path) -> None:
         with runtime:
             started = list(runtime.pids)
             assert len(started) == 3
-            run = runtime.run(TOY_APP_DIR, config, timeout=120)
-            bad = runtime.run(TOY_APP_DIR, failing, timeout=120, check=False)
+            ready = time.perf_counter()
+            run = runtime.run(APP_DIR, config, timeout=300, check=False)
+            bad = runtime.run(APP_DIR, failing, timeout=120, check=False)
+            stopping = time.perf_counter()
             raise RuntimeError("leaving the context")
     elapsed = time.perf_counter() - start
 
     # Assert
     print(
-        f"deployment: good run {run.wall_s:.1f} s, failing run {bad.wall_s:.1f} s, "
-        f"start+runs+stop {elapsed:.1f} s"
+        f"deployment: start {ready - start:.1f} s, good run {run.wall_s:.1f} s, "
+        f"failing run {bad.wall_s:.1f} s, stop {time.perf_counter() - stopping:.1f} "
+        f"s, total {elapsed:.1f} s"
     )
-    assert run.ok, run.output[-3000:]
-    _assert_toy_result(_read_result(result_path), num_nodes=2, rounds=2)
-    assert bad.status == "finished:failed"
-    assert "No such file or directory" in bad.status_details
+    assert run.ok, f"{run.status} ({run.status_details})\n{run.output[-3000:]}"
+    _assert_tpsl_results(out_dir, config)
+    failed = f"{bad.status} ({bad.status_details})\n{bad.output[-3000:]}"
+    assert bad.status == "finished:failed", failed
+    assert "epsilon" in bad.status_details, failed
+    assert "ConfigError" in bad.output, failed
     assert bad.returncode == 0  # `flwr run` itself does not report the failure
-    assert find_launched_processes(runtime.launch_id, started) == []
+    assert not (tmp_path / "failing" / "results.json").exists()
+    # Every process carries the launch marker (the ones started directly too,
+    # whose PIDs, once reaped, may already belong to someone else's process)
+    assert find_launched_processes(runtime.launch_id) == []
     assert (tmp_path / "logs" / "superlink.log").exists()
     assert (tmp_path / "logs" / "supernode-1.log").exists()
 

@@ -141,13 +141,18 @@ def test_a_node_error_stops_the_run_naming_the_node(tmp_path):
 
 def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
     cfg = ExperimentConfig(
-        dataset="breast-cancer", mechanism="laplace", epochs=2, out_dir=str(tmp_path)
+        dataset="breast-cancer",
+        mechanism="laplace",
+        epochs=2,
+        batch_size=64,
+        out_dir=str(tmp_path),
     )
     first, _ = _run(cfg)
     resumed_cfg = ExperimentConfig(
         dataset="breast-cancer",
         mechanism="laplace",
         epochs=3,
+        batch_size=64,
         out_dir=str(tmp_path),
         resume=True,
     )
@@ -334,3 +339,12 @@ def test_ids_missing_from_a_nodes_partition_stop_the_run_naming_node_and_id(tmp_
         r"train partition \(100 samples\)",
     ):
         _run(cfg, app=make_client_app(short_partition))
+
+
+def test_the_flower_app_config_and_the_python_defaults_agree():
+    from pathlib import Path
+
+    from tpsl_flwr.simulations.flower_run import app_config
+
+    app = app_config(Path(__file__).parents[1])
+    assert app == ExperimentConfig().to_run_config()

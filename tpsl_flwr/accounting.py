@@ -34,23 +34,10 @@ from tpsl_flwr.mechanisms import (
     NoProtection,
     RandomizedResponse,
 )
-from tpsl_flwr.validation import check_int
-
-PLACEMENTS: tuple[str, ...] = ("logits", "cut")
-"""Where GradPerturb is applied (Section 4.2 vs Algorithm 3)."""
+from tpsl_flwr.validation import check_int, check_placement
 
 NO_OP_AUC = 0.99
 """Above this attack-AUC ceiling the protection is reported as a near no-op."""
-
-
-def check_placement(placement: str) -> str:
-    """Return ``placement`` after checking it is one of :data:`PLACEMENTS`."""
-    if placement not in PLACEMENTS:
-        raise ConfigError(
-            f"unknown placement {placement!r}; "
-            f"valid placements: {', '.join(PLACEMENTS)}"
-        )
-    return placement
 
 
 @dataclass(frozen=True)

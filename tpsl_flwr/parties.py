@@ -22,7 +22,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from tpsl_flwr.accounting import check_placement
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.mechanisms import GaussianPerturb, Mechanism
@@ -34,7 +33,7 @@ from tpsl_flwr.noisy_labels import (
     draw_noisy_labels,
 )
 from tpsl_flwr.perturb import cut_placement_backward, logits_placement_backward
-from tpsl_flwr.validation import check_labels, check_sample_ids
+from tpsl_flwr.validation import check_labels, check_placement, check_sample_ids
 
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
 _STREAMS_PER_EPOCH = 4

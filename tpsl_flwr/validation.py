@@ -164,3 +164,17 @@ def check_sample_ids(ids: object, expected_length: int | None = None) -> np.ndar
     if np.any(array < 0):
         raise ConfigError(f"sample ids must be >= 0, got {array[array < 0][0]}")
     return array.astype(np.int64)
+
+
+PLACEMENTS: tuple[str, ...] = ("logits", "cut")
+"""Where GradPerturb is applied (Yang et al., Section 4.2 vs Algorithm 3)."""
+
+
+def check_placement(placement: str) -> str:
+    """Return ``placement`` after checking it is one of :data:`PLACEMENTS`."""
+    if placement not in PLACEMENTS:
+        raise ConfigError(
+            f"unknown placement {placement!r}; "
+            f"valid placements: {', '.join(PLACEMENTS)}"
+        )
+    return placement

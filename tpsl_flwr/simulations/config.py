@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from tpsl_flwr.accounting import check_placement
 from tpsl_flwr.data import ALL_DATASETS, FILE_DATASETS, DatasetSplit, load_dataset
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.mechanisms import Mechanism, make_mechanism
-from tpsl_flwr.validation import check_int
+from tpsl_flwr.validation import check_int, check_placement
 
 
 @dataclass(frozen=True)
@@ -48,8 +47,8 @@ class ExperimentConfig:
     sigma: float = 1.0
     placement: str = "logits"
     reuse_noise: bool = True
-    epochs: int = 3
-    batch_size: int = 64
+    epochs: int = 2
+    batch_size: int = 256
     lr: float = 1e-2
     steps_per_message: int = 1
     num_parties: int = 2

@@ -10,7 +10,9 @@ and returns the results JSON the ServerApp wrote.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -112,7 +114,9 @@ def run_on_ray(
     Raises
     ------
     FlowerLaunchError
-        If the run did not complete (the message names the log file).
+        If the run did not complete (the message names the log file,
+        ``out-dir/flwr-run.log``; the temporary ``FLWR_HOME`` with the
+        SuperLink's own log is kept then).
     """
     app = source_app_dir() if app_dir is None else Path(app_dir).resolve()
     config = {**app_config(app), **dict(run_config)}
@@ -121,12 +125,14 @@ def run_on_ray(
     overrides = {**dict(run_config), "out-dir": str(out_dir)}
     results_path = out_dir / RESULTS_FILE
     started = time.time()
-    flwr_home = out_dir / "flwr-home"
+    # FLWR_HOME holds installed copies of the app: keep it outside the app
+    # folder (and out-dir), or the next `flwr run` would pack them too.
+    flwr_home = Path(tempfile.mkdtemp(prefix="tpsl-flwr-home-"))
     stop = threading.Event()
     follower = None
     if echo is not None:
         follower = threading.Thread(
-            target=_follow, args=(flwr_home / RUN_LOG, stop, echo), daemon=True
+            target=_follow, args=(out_dir / RUN_LOG, stop, echo), daemon=True
         )
         follower.start()
     try:
@@ -136,8 +142,10 @@ def run_on_ray(
             overrides,
             flwr_home=flwr_home,
             timeout=timeout,
+            log_dir=out_dir,
             check=True,
         )
+        shutil.rmtree(flwr_home, ignore_errors=True)  # kept on failure, for logs
     finally:
         stop.set()
         if follower is not None:

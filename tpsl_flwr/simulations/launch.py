@@ -274,7 +274,9 @@ def find_launched_processes(launch_id: str, roots: Iterable[int] = ()) -> list[i
     launch_id : str
         The marker (``CompletedRun.launch_id``, ``DeploymentRuntime.launch_id``).
     roots : Iterable[int]
-        PIDs whose descendants (and themselves) are included too.
+        PIDs whose descendants (and themselves) are included too. Pass only
+        processes known to be running (e.g. a ``Popen`` not yet reaped): the
+        PID of a process that has ended may belong to another process by now.
 
     Returns
     -------
@@ -316,9 +318,10 @@ def _wait_gone(
 ) -> list[int]:
     deadline = time.monotonic() + timeout
     while True:
-        for proc in popens:
-            proc.poll()  # reap our direct children so they stop counting
-        left = find_launched_processes(launch_id, [p.pid for p in popens])
+        # Reap our direct children; a reaped child's PID is free for reuse by
+        # any other process, so only unreaped ones may serve as roots.
+        roots = [proc.pid for proc in popens if proc.poll() is None]
+        left = find_launched_processes(launch_id, roots)
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.1)
@@ -378,9 +381,14 @@ def terminate_launched(
 
 # ------------------------------------------------------------------- running
 def _query_status(
-    env: Mapping[str, str], connection: str, run_id: int, timeout: float = 30.0
+    env: Mapping[str, str], connection: str, run_id: int, timeout: float = 60.0
 ) -> tuple[str, str]:
-    """Ask the SuperLink for a run's status with ``flwr ls``; wait for the end."""
+    """Ask the SuperLink for a run's status with ``flwr ls``; wait for the end.
+
+    Retries (until ``timeout``) while the run is not finished or the CLI's
+    output is not JSON (e.g. a slow, loaded machine); each ``flwr ls`` costs
+    a CLI start-up (~2-3 s).
+    """
     cmd = [_flwr_executable(), "ls", connection, "--run-id", str(run_id)]
     cmd += ["--format", "json"]
     deadline = time.monotonic() + timeout
@@ -394,9 +402,16 @@ def _query_status(
                 text=True,
                 timeout=max(1.0, deadline - time.monotonic()),
             )
-            payload = json.loads(res.stdout[res.stdout.find("{") :])
-        except (subprocess.TimeoutExpired, json.JSONDecodeError):
+        except subprocess.TimeoutExpired:
+            details = f"`flwr ls` did not answer within {timeout:g} s"
             break
+        try:
+            payload = json.loads(res.stdout[res.stdout.find("{") :])
+        except json.JSONDecodeError:
+            tail = (res.stdout + res.stderr).strip()[-500:]
+            details = f"`flwr ls` exited with {res.returncode}: {tail}"
+            time.sleep(1.0)
+            continue
         if not payload.get("success", False) or not payload.get("runs"):
             details = str(payload.get("error-message", details))
             break

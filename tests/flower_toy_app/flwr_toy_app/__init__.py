@@ -1,1 +1,0 @@
-"""Minimal Flower app that exercises the tpsl-flwr engines."""
