@@ -187,6 +187,13 @@ def _add_simulate(commands: Any) -> None:
     add("--noise-seed", type=int, help="seed the noise key (NOT secure); -1 = OS")
     add("--out-dir")
     add(
+        "--no-audit",
+        dest="audit",
+        action="store_false",
+        default=True,
+        help="skip the per-epoch attack audit of the transcript (on by default)",
+    )
+    add(
         "--record-transcript",
         dest="transcript_dir",
         metavar="DIR",
@@ -364,7 +371,8 @@ def _run_flower(args: argparse.Namespace) -> int:
     from tpsl_flwr.simulations.flower_run import app_config, run_on_ray, source_app_dir
 
     app_dir = source_app_dir() if args.app_dir is None else Path(args.app_dir)
-    overrides = _parse_overrides(args.run_config)
+    # A simulation audits its transcript unless told otherwise.
+    overrides = {"audit": True, **_parse_overrides(args.run_config)}
     # Validate the whole config here: a bad value fails now, not inside Flower.
     ExperimentConfig.from_run_config({**app_config(app_dir), **overrides})
     results = run_on_ray(overrides, app_dir=app_dir, timeout=args.timeout)

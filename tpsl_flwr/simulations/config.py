@@ -30,10 +30,10 @@ class ExperimentConfig:
     the dataset's default size. ``criteo``/``avazu`` read ``data_path``,
     hashing categoricals into ``hash_buckets`` per column (0: the loader's
     default); ``split`` is ``random`` or ``time``. ``audit`` attacks the
-    dispatched transcript every epoch (on by default in simulations; the
-    strategy's own default, for deployments, is off). ``transcript_dir``, if
-    set, makes every non-label node record what it receives there (the
-    attacker's view, for ``tpsl-flwr attack``).
+    dispatched transcript every epoch: off here and in the app's run config
+    (deployments), on by default in ``tpsl-flwr simulate`` and ``flower-run``.
+    ``transcript_dir``, if set, makes every non-label node record what it
+    receives there (the attacker's view, for ``tpsl-flwr attack``).
     """
 
     dataset: str = "synthetic-ctr"
@@ -59,7 +59,7 @@ class ExperimentConfig:
     noise_seed: int = -1
     out_dir: str = "outputs"
     checkpoint: bool = True
-    audit: bool = True
+    audit: bool = False
     transcript_dir: str = ""
     resume: bool = False
 

@@ -1,0 +1,168 @@
+"""Split-learning throughput (in-process engine) / the same network trained centrally.
+
+``split``: one epoch of an in-process TPSL run (``InProcessGrid`` +
+``run_label_party``, the engine of ``tpsl-flwr simulate``), no protection, audit
+and checkpoints off; samples/s is the run's ``samples_per_second`` (training
+samples over the epoch's seconds, the test-embedding query included).
+``central``: the very same network (one ``BottomModel`` per party over the same
+column slices, with the same initial weights, and the ``TopModel``) trained as
+one torch model in a plain loop over the same batches, Adam on every part, then
+one forward pass over the test set; samples/s = training rows / those seconds.
+``--mechanism laplace`` adds a split row with GradPerturb on. The two are run
+alternately ``--repeats`` times and each cell is the best run (other load on a
+shared machine only slows runs down). Target: split / central >= 0.8.
+
+Usage: ``python bench/split_vs_central.py [--rows 20000] [--batch 256] [--repeats 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from tpsl_flwr.data import partition_columns, party_features
+from tpsl_flwr.models import BottomModel, TopModel, num_outputs_for
+from tpsl_flwr.simulations.config import ExperimentConfig
+
+TARGET = 0.8
+
+
+def _config(args: argparse.Namespace, mechanism: str, out: str) -> ExperimentConfig:
+    return ExperimentConfig(
+        dataset=args.dataset,
+        rows=args.rows,
+        mechanism=mechanism,
+        epsilon=1.0,
+        epochs=1,
+        batch_size=args.batch,
+        num_parties=args.parties,
+        noise_seed=0,
+        audit=False,
+        checkpoint=False,
+        out_dir=out,
+    )
+
+
+def split_rate(cfg: ExperimentConfig) -> float:
+    """Samples/s of one in-process TPSL epoch."""
+    from tpsl_flwr.simulations.client_app import app as client_app
+    from tpsl_flwr.simulations.experiment import run_label_party
+    from tpsl_flwr.simulations.inprocess import InProcessGrid
+
+    grid = InProcessGrid(client_app, cfg.num_parties, run_config=cfg.to_run_config())
+    results = grid.run_server(lambda g, _c: run_label_party(g, cfg, engine="local"))
+    return float(results["history"][0]["samples_per_second"])
+
+
+def central_rate(cfg: ExperimentConfig) -> float:
+    """Samples/s of the same network trained as one torch model."""
+    data = cfg.load_data()
+    columns = partition_columns(
+        data.train.numeric_names, data.train.categorical_names, cfg.num_parties
+    )
+    parts = []
+    for i, cols in enumerate(columns):
+        train = party_features(data.train, cols)
+        test = party_features(data.test, cols)
+        bottom = BottomModel(
+            train.numeric.shape[1],
+            train.cardinalities,
+            hidden=(cfg.bottom_hidden,),
+            out_dim=cfg.embedding_dim,
+            generator=torch.Generator().manual_seed(cfg.seed * 1000 + i + 1),
+        )
+        parts.append((bottom, train, test))
+    top = TopModel(
+        cfg.num_parties * cfg.embedding_dim,
+        hidden=(cfg.top_hidden,),
+        num_outputs=num_outputs_for(data.num_classes),
+        generator=torch.Generator().manual_seed(cfg.seed),
+    )
+    params = [p for b, _, _ in parts for p in b.parameters()] + list(top.parameters())
+    optimizer = torch.optim.Adam(params, lr=cfg.lr)
+    tensors = [
+        (
+            torch.as_tensor(tr.numeric, dtype=torch.float32),
+            torch.as_tensor(tr.categorical, dtype=torch.long),
+            torch.as_tensor(te.numeric, dtype=torch.float32),
+            torch.as_tensor(te.categorical, dtype=torch.long),
+        )
+        for _, tr, te in parts
+    ]
+    labels = torch.as_tensor(data.train.labels, dtype=torch.float32)
+    order = np.random.default_rng(cfg.seed).permutation(len(labels))
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    started = time.perf_counter()
+    for begin in range(0, len(order), cfg.batch_size):
+        ids = torch.as_tensor(order[begin : begin + cfg.batch_size])
+        emb = torch.cat(
+            [
+                b(t[0][ids], t[1][ids])
+                for (b, _, _), t in zip(parts, tensors, strict=True)
+            ],
+            dim=1,
+        )
+        optimizer.zero_grad()
+        loss_fn(top(emb)[:, 0], labels[ids]).backward()
+        optimizer.step()
+    with torch.no_grad():
+        emb = torch.cat(
+            [b(t[2], t[3]) for (b, _, _), t in zip(parts, tensors, strict=True)], dim=1
+        )
+        torch.sigmoid(top(emb))
+    return len(order) / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="synthetic-ctr")
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--parties", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--mechanism", default="laplace", help="extra split row")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    from flwr.common.logger import FLOWER_LOGGER
+
+    FLOWER_LOGGER.setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = _config(args, "none", os.path.join(tmp, "none"))
+        guarded = _config(args, args.mechanism, os.path.join(tmp, "protected"))
+        plain.load_data()  # cached: loading is outside every timed region
+        rates: dict[str, list[float]] = {"split": [], "protected": [], "central": []}
+        for _ in range(args.repeats):
+            rates["split"].append(split_rate(plain))
+            rates["central"].append(central_rate(plain))
+            if args.mechanism != "none":
+                rates["protected"].append(split_rate(guarded))
+    best = {k: max(v) for k, v in rates.items() if v}
+    print(
+        f"split vs central: {args.dataset}, {args.rows} rows, batch {args.batch}, "
+        f"{args.parties} parties, 1 epoch, best of {args.repeats} alternating runs, "
+        f"{args.threads} torch thread(s), {os.cpu_count()} cores"
+    )
+    print()
+    print("| run | samples/s | ratio vs central | target |")
+    print("|---|---|---|---|")
+    print(f"| central (one torch model) | {best['central']:.0f} | 1.000 | - |")
+    print(
+        f"| split, in-process, none | {best['split']:.0f} | "
+        f"{best['split'] / best['central']:.3f} | >= {TARGET} |"
+    )
+    if "protected" in best:
+        print(
+            f"| split, in-process, {args.mechanism} eps 1 | {best['protected']:.0f} | "
+            f"{best['protected'] / best['central']:.3f} | - |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,441 @@
+"""A grid of TPSL experiments from one TOML file: run, resume, tabulate, plot.
+
+The TOML file has a ``[grid]`` table (what varies) and an ``[experiment]``
+table (shared settings: any :class:`~tpsl_flwr.simulations.config.ExperimentConfig`
+field, kebab-case)::
+
+    [grid]
+    datasets = ["synthetic-ctr"]
+    mechanisms = ["none", "laplace", "discrete", "gaussian"]
+    epsilons = [0.5, 1, 2, 4, 8]      # laplace, discrete
+    sigmas = [0.25, 1, 4]             # gaussian
+    seeds = [0, 1, 2]
+
+    [experiment]
+    epochs = 1
+    batch-size = 256
+
+``none`` runs once per dataset and seed, ``laplace``/``discrete`` once per
+epsilon, ``gaussian`` once per sigma. Each run writes
+``<out>/runs/<run-name>/results.json``; a run whose results file exists and
+parses is skipped, so an interrupted sweep resumes where it stopped. Then
+``runs.csv``, ``tables.md`` (the paper's Tables 1-3) and the Figure 5 plots are
+written from every finished run (:mod:`tpsl_flwr.simulations.sweep_report`).
+
+A ``noise-seed >= 0`` in ``[experiment]`` is offset by each run's seed, so seeds
+differ in their noise too (seeded keys are reproducible and NOT secure).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.mechanisms import MECHANISMS
+from tpsl_flwr.simulations.config import ExperimentConfig
+
+__all__ = [
+    "CSV_COLUMNS",
+    "RunSpec",
+    "SweepConfig",
+    "load_sweep",
+    "run_row",
+    "run_sweep",
+]
+
+RESULTS_FILE = "results.json"
+GRID_KEYS = ("datasets", "mechanisms", "epsilons", "sigmas", "seeds")
+# Fixed per run by the sweep itself; not allowed in [experiment].
+_PER_RUN = ("dataset", "mechanism", "epsilon", "sigma", "seed", "out-dir", "resume")
+ATTACK_COLUMNS = ("norm", "cosine", "spectral", "sda", "sda_top1", "auc_bound")
+CSV_COLUMNS = (
+    "run",
+    "dataset",
+    "mechanism",
+    "epsilon",
+    "sigma",
+    "seed",
+    "test_auc",
+    "test_accuracy",
+    *ATTACK_COLUMNS,
+    "epsilon_spent",
+    "samples_per_second",
+)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One experiment of a sweep: its name and its full configuration."""
+
+    name: str
+    config: ExperimentConfig
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """The grid of a sweep and the settings every run shares.
+
+    Parameters
+    ----------
+    datasets, mechanisms, seeds
+        The grid axes (each non-empty).
+    epsilons
+        Budgets of ``laplace`` and ``discrete`` runs (each > 0).
+    sigmas
+        Noise std of ``gaussian`` runs (each > 0).
+    experiment
+        Shared :class:`ExperimentConfig` settings (kebab-case keys).
+
+    Raises
+    ------
+    ConfigError
+        On an empty axis, an unknown mechanism, a missing epsilon/sigma list, a
+        bad value (each message names the key and the value) or a shared setting
+        that is unknown or set per run.
+    """
+
+    datasets: tuple[str, ...] = ("synthetic-ctr",)
+    mechanisms: tuple[str, ...] = ("none", "laplace", "discrete")
+    epsilons: tuple[float, ...] = (1.0,)
+    sigmas: tuple[float, ...] = ()
+    seeds: tuple[int, ...] = (0,)
+    experiment: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("datasets", "mechanisms", "seeds"):
+            if not getattr(self, name):
+                raise ConfigError(f"grid.{name} must not be empty")
+        for mechanism in self.mechanisms:
+            if mechanism not in MECHANISMS:
+                raise ConfigError(
+                    f"grid.mechanisms: unknown mechanism {mechanism!r}; "
+                    f"valid: {', '.join(MECHANISMS)}"
+                )
+        if {"laplace", "discrete"} & set(self.mechanisms) and not self.epsilons:
+            raise ConfigError("grid.epsilons is empty but laplace/discrete is swept")
+        if "gaussian" in self.mechanisms and not self.sigmas:
+            raise ConfigError("grid.sigmas is empty but gaussian is swept")
+        for name in ("epsilons", "sigmas"):
+            for value in getattr(self, name):
+                if not (
+                    isinstance(value, float) and math.isfinite(value) and value > 0
+                ):
+                    raise ConfigError(
+                        f"grid.{name} values must be > 0 and finite, got {value!r}"
+                    )
+        for seed in self.seeds:
+            if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+                raise ConfigError(f"grid.seeds values must be ints >= 0, got {seed!r}")
+        for key in self.experiment:
+            if key.replace("_", "-") in _PER_RUN:
+                raise ConfigError(
+                    f"experiment.{key} is set per run by the sweep; put it in [grid]"
+                )
+        # Validate the shared settings once (unknown keys, types, values).
+        self.runs()
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> SweepConfig:
+        """Build from a parsed TOML document (``[grid]`` and ``[experiment]``)."""
+        unknown = set(data) - {"grid", "experiment"}
+        if unknown:
+            raise ConfigError(
+                f"unknown table(s) {', '.join(sorted(unknown))}; "
+                "valid: grid, experiment"
+            )
+        grid = dict(data.get("grid", {}))
+        bad = set(grid) - set(GRID_KEYS)
+        if bad:
+            raise ConfigError(
+                f"unknown grid key(s) {', '.join(sorted(bad))}; "
+                f"valid: {', '.join(GRID_KEYS)}"
+            )
+        values: dict[str, Any] = {}
+        for key in GRID_KEYS:
+            if key not in grid:
+                continue
+            raw = grid[key]
+            if not isinstance(raw, list):
+                raise ConfigError(f"grid.{key} must be a list, got {raw!r}")
+            if key in ("epsilons", "sigmas"):
+                values[key] = tuple(_number(f"grid.{key}", v) for v in raw)
+            elif key == "seeds":
+                values[key] = tuple(raw)
+            else:
+                values[key] = tuple(_text(f"grid.{key}", v) for v in raw)
+        experiment = data.get("experiment", {})
+        if not isinstance(experiment, Mapping):
+            raise ConfigError(f"[experiment] must be a table, got {experiment!r}")
+        return cls(**values, experiment=dict(experiment))
+
+    def runs(self, out_dir: str | Path = "sweep") -> list[RunSpec]:
+        """Every run of the grid, in a fixed order, written under ``out_dir``."""
+        specs: list[RunSpec] = []
+        base_noise = self.experiment.get("noise-seed", -1)
+        for dataset in self.datasets:
+            for mechanism in self.mechanisms:
+                for param, value in _params(mechanism, self.epsilons, self.sigmas):
+                    for seed in self.seeds:
+                        name = run_name(dataset, mechanism, param, value, seed)
+                        settings: dict[str, Any] = {
+                            "audit": True,  # the tables need the attack AUCs
+                            **self.experiment,
+                            "dataset": dataset,
+                            "mechanism": mechanism,
+                            "seed": seed,
+                            "out-dir": str(Path(out_dir) / "runs" / name),
+                        }
+                        if param:
+                            settings[param] = value
+                        if isinstance(base_noise, int) and base_noise >= 0:
+                            settings["noise-seed"] = base_noise + seed
+                        try:
+                            cfg = ExperimentConfig.from_run_config(settings)
+                        except ConfigError as err:
+                            raise ConfigError(f"run {name}: {err}") from None
+                        specs.append(RunSpec(name, cfg))
+        return specs
+
+
+def _number(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{key} values must be numbers, got {value!r}")
+    return float(value)
+
+
+def _text(key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{key} values must be strings, got {value!r}")
+    return value
+
+
+def _params(
+    mechanism: str, epsilons: Iterable[float], sigmas: Iterable[float]
+) -> list[tuple[str, float | None]]:
+    if mechanism in ("laplace", "discrete"):
+        return [("epsilon", e) for e in epsilons]
+    if mechanism == "gaussian":
+        return [("sigma", s) for s in sigmas]
+    return [("", None)]
+
+
+def run_name(
+    dataset: str, mechanism: str, param: str, value: float | None, seed: int
+) -> str:
+    """A run's folder name.
+
+    Examples
+    --------
+    >>> run_name("synthetic-ctr", "laplace", "epsilon", 0.5, 2)
+    'synthetic-ctr_laplace_eps0.5_seed2'
+    >>> run_name("digits", "none", "", None, 0)
+    'digits_none_seed0'
+    """
+    middle = "" if value is None else f"_{'eps' if param == 'epsilon' else 'sigma'}"
+    if value is not None:
+        middle += f"{value:g}"
+    return f"{dataset}_{mechanism}{middle}_seed{seed}"
+
+
+def load_sweep(path: str | Path) -> SweepConfig:
+    """Read and validate a sweep TOML file.
+
+    Raises
+    ------
+    ConfigError
+        If the file is not valid TOML or a key/value is bad (named in the message).
+    """
+    try:
+        with Path(path).open("rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    try:
+        return SweepConfig.from_mapping(data)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def finished(spec: RunSpec) -> dict[str, Any] | None:
+    """The run's results if it finished (its results file exists and parses).
+
+    Raises
+    ------
+    ConfigError
+        If the results were written with other settings than ``spec``'s (a
+        changed ``[experiment]`` table over an old output folder).
+    """
+    path = Path(spec.config.out_dir) / RESULTS_FILE
+    if not path.exists():
+        return None
+    try:
+        results: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if "history" not in results:
+        return None
+    saved = results.get("config", {})
+    changed = sorted(
+        key
+        for key, value in spec.config.to_run_config().items()
+        if key != "out-dir" and saved.get(key) != value
+    )
+    if changed:
+        raise ConfigError(
+            f"{path} was written with other settings ({', '.join(changed)}); "
+            "use another --out-dir or delete that run's folder"
+        )
+    return results
+
+
+def run_local(cfg: ExperimentConfig) -> dict[str, Any]:
+    """One experiment on the in-process engine (``simulate --engine local``)."""
+    from tpsl_flwr.simulations.client_app import app as client_app
+    from tpsl_flwr.simulations.experiment import run_label_party
+    from tpsl_flwr.simulations.inprocess import InProcessGrid
+
+    grid = InProcessGrid(client_app, cfg.num_parties, run_config=cfg.to_run_config())
+    results: dict[str, Any] = grid.run_server(
+        lambda g, _ctx: run_label_party(g, cfg, engine="local")
+    )
+    return results
+
+
+def run_ray(cfg: ExperimentConfig) -> dict[str, Any]:
+    """One experiment on Flower's Ray simulation (``flwr run``)."""
+    from tpsl_flwr.simulations.flower_run import run_on_ray
+
+    return run_on_ray(cfg.to_run_config(), echo=None)
+
+
+ENGINES: dict[str, Callable[[ExperimentConfig], dict[str, Any]]] = {
+    "local": run_local,
+    "ray": run_ray,
+}
+
+
+def run_row(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
+    """One ``runs.csv`` row: grid point, utility, final-epoch attack AUCs."""
+    history = results.get("history") or [{}]
+    attacks = history[-1].get("attack_auc") or {}
+    config = results.get("config", {})
+    row: dict[str, Any] = {
+        "run": name,
+        "dataset": results.get("dataset", config.get("dataset")),
+        "mechanism": results.get("mechanism"),
+        "epsilon": results.get("epsilon"),
+        "sigma": results.get("sigma"),
+        "seed": config.get("seed"),
+        "test_auc": results.get("test_auc"),
+        "test_accuracy": results.get("test_accuracy"),
+        "epsilon_spent": results.get("epsilon_spent"),
+        "samples_per_second": results.get("samples_per_second"),
+    }
+    for key in ATTACK_COLUMNS:
+        row[key] = attacks.get(key)
+    return row
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    """Write ``rows`` as ``runs.csv`` (empty cells for missing values)."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(
+                {k: "" if row.get(k) is None else row[k] for k in CSV_COLUMNS}
+            )
+
+
+def run_sweep(
+    sweep: SweepConfig,
+    out_dir: str | Path,
+    engine: str = "local",
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run every unfinished run of ``sweep``, then write the CSV, tables and plots.
+
+    Parameters
+    ----------
+    sweep
+        The grid.
+    out_dir
+        Output folder (``runs/<run-name>/``, ``runs.csv``, ``tables.md``, PNGs).
+    engine
+        ``"local"`` (in-process, default) or ``"ray"`` (Flower's Ray simulation).
+    progress
+        Show a tqdm progress bar.
+
+    Returns
+    -------
+    dict
+        ``ran`` and ``skipped`` (run names), ``rows`` (the CSV rows) and
+        ``files`` (paths written).
+
+    Raises
+    ------
+    ConfigError
+        If ``engine`` is unknown.
+    """
+    from flwr.common.logger import FLOWER_LOGGER
+    from tqdm import tqdm
+
+    from tpsl_flwr.simulations.sweep_report import write_plots, write_tables
+
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "local" and "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        # As in `simulate --engine local`: the parties share this process, and
+        # one torch thread per step beats several fighting over few cores.
+        torch.set_num_threads(1)
+    out = Path(out_dir)
+    specs = sweep.runs(out)
+    ran: list[str] = []
+    skipped: list[str] = []
+    rows: list[dict[str, Any]] = []
+    # Flower sets its logger to DEBUG on import: quiet it after importing it.
+    level = FLOWER_LOGGER.level
+    FLOWER_LOGGER.setLevel(logging.WARNING)
+    try:
+        bar = tqdm(specs, desc="sweep", unit="run", disable=not progress)
+        for spec in bar:
+            bar.set_postfix_str(spec.name)
+            results = finished(spec)
+            if results is None:
+                Path(spec.config.out_dir).mkdir(parents=True, exist_ok=True)
+                results = ENGINES[engine](spec.config)
+                ran.append(spec.name)
+            else:
+                skipped.append(spec.name)
+            rows.append(run_row(spec.name, results))
+    finally:
+        FLOWER_LOGGER.setLevel(level)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "runs.csv")
+    files = [out / "runs.csv", write_tables(rows, out / "tables.md")]
+    files += write_plots(rows, out)
+    return {"ran": ran, "skipped": skipped, "rows": rows, "files": files}
+
+
+def describe(sweep: SweepConfig) -> str:
+    """A one-line summary of the grid (for the CLI)."""
+    return (
+        f"{len(sweep.runs())} runs: datasets {list(sweep.datasets)}, "
+        f"mechanisms {list(sweep.mechanisms)}, epsilons {list(sweep.epsilons)}, "
+        f"sigmas {list(sweep.sigmas)}, seeds {list(sweep.seeds)}"
+    )
