@@ -237,6 +237,9 @@ class NonLabelParty:
             self.features[split] = (num, cat)
         self.bottom = bottom
         self.optimizer = (optimizer or adam(1e-3))(bottom.parameters())
+        # The last training batch's ids and output, graph kept, for the
+        # gradient that comes back for it before any parameter changes.
+        self._kept: tuple[np.ndarray, Tensor] | None = None
 
     def num_samples(self, split: str = "train") -> int:
         """Number of samples of ``split`` whose features this party holds."""
@@ -260,8 +263,19 @@ class NonLabelParty:
         rows = torch.as_tensor(ids)
         return self.bottom(numeric[rows], categorical[rows])
 
-    def embed(self, sample_ids: object, split: str = "train") -> Tensor:
-        """Embeddings ``(n, d)`` of the given samples (no graph kept)."""
+    def embed(
+        self, sample_ids: object, split: str = "train", keep_graph: bool = False
+    ) -> Tensor:
+        """Embeddings ``(n, d)`` of the given samples (detached).
+
+        With ``keep_graph`` (training batches), the forward graph is kept so
+        that :meth:`apply_gradient` for the same ids, arriving before any other
+        parameter update, needs no second forward pass.
+        """
+        if keep_graph:
+            out = self._forward(sample_ids, split)
+            self._kept = (np.asarray(sample_ids).copy(), out)
+            return out.detach()
         with torch.no_grad():
             return self._forward(sample_ids, split)
 
@@ -269,9 +283,14 @@ class NonLabelParty:
         """Back-propagate a received cut-layer gradient and step the optimizer.
 
         The forward pass is recomputed for ``sample_ids`` (the bottom model is
-        deterministic), so no graph needs to be kept between messages.
+        deterministic), so no graph needs to be kept between messages, unless
+        :meth:`embed` kept it for exactly these ids with the current parameters.
         """
-        out = self._forward(sample_ids, "train")
+        kept, self._kept = self._kept, None
+        if kept is not None and np.array_equal(kept[0], np.asarray(sample_ids)):
+            out = kept[1]
+        else:
+            out = self._forward(sample_ids, "train")
         grad = torch.as_tensor(gradient, dtype=torch.float32)
         if grad.shape != out.shape:
             raise ConfigError(
@@ -295,3 +314,4 @@ class NonLabelParty:
         """Restore :meth:`state_dict`."""
         self.bottom.load_state_dict(state["bottom"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self._kept = None

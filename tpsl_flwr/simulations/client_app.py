@@ -173,7 +173,9 @@ class NonLabelHandlers:
         embeddings = {}
         j = 0
         while P.batch_key(j) in new_ids:
-            emb = party.embed(new_ids[P.batch_key(j)].numpy(), split)
+            emb = party.embed(
+                new_ids[P.batch_key(j)].numpy(), split, keep_graph=split == "train"
+            )
             embeddings[P.batch_key(j)] = Array(emb.numpy().astype(np.float32))
             j += 1
         self._save(party, context)
