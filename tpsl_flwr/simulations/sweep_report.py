@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from tpsl_flwr.closed_forms import auc_bound
+
 Row = dict[str, Any]
 
 UTILITY_LABEL = {"test_auc": "test AUC", "test_accuracy": "test accuracy"}
@@ -190,6 +192,8 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
     ):
         utility, sda = utility_key(group), sda_key(group)
         plain = [r for r in group if r["mechanism"] == "none"]
+        # Right axis of the epsilon panel: the SDA attack beside its ceiling.
+        ax_attack = ax_eps.twinx() if sda == "sda" else None
         base, base_std = mean_std(plain, utility)
         for mechanism, param, _ in PROTECTED:
             runs = [r for r in group if r["mechanism"] == mechanism]
@@ -206,6 +210,15 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
                     color=color,
                     alpha=0.2,
                 )
+                if ax_attack is not None:
+                    attack = _series(runs, "epsilon", "epsilon", sda)
+                    ax_attack.plot(
+                        attack[:, 0],
+                        attack[:, 2],
+                        "x:",
+                        color=color,
+                        label=f"{mechanism} SDA AUC",
+                    )
             pts = _series(runs, param, sda, utility)
             ax_sda.errorbar(
                 pts[:, 0],
@@ -222,6 +235,26 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
             ax_eps.axhspan(base - base_std, base + base_std, color="k", alpha=0.08)
             sda_mean, _ = mean_std(plain, sda)
             ax_sda.plot([sda_mean], [base], "k*", ms=12, label="no protection")
+        if ax_attack is not None:
+            eps_values = sorted(
+                {
+                    float(r["epsilon"])
+                    for r in group
+                    if r["mechanism"] in ("laplace", "discrete")
+                }
+            )
+            if eps_values:
+                grid = np.geomspace(min(eps_values), max(eps_values), 50)
+                ax_attack.plot(
+                    grid,
+                    [auc_bound(e) for e in grid],
+                    color="red",
+                    lw=1,
+                    label="eps-DP ceiling (any attack)",
+                )
+            ax_attack.set_ylabel("SDA attack AUC (dotted)")
+            ax_attack.set_ylim(0.5, 1.02)
+            ax_attack.legend(fontsize=7, loc="lower right")
         ax_eps.set_xscale("log", base=2)
         ax_eps.set_xlabel("epsilon")
         ax_sda.set_xlabel("SDA attack AUC" if sda == "sda" else "SDA attack top-1")
@@ -229,7 +262,7 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
             ax.set_ylabel(UTILITY_LABEL[utility])
             ax.set_title(name)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, loc="upper left" if ax is ax_eps else "best")
     fig_eps.suptitle("Utility vs epsilon (mean ± std over seeds)")
     fig_sda.suptitle("Utility vs SDA attack (mean ± std over seeds)")
     for fig, path in zip((fig_eps, fig_sda), paths, strict=True):
