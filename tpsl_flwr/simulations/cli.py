@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from tpsl_flwr.errors import TPSLError
 from tpsl_flwr.mechanisms import MECHANISMS, make_mechanism
+from tpsl_flwr.simulations.run_report import format_cell
 
 EXIT_VIOLATION = 1
 EXIT_USAGE = 2
@@ -413,14 +413,6 @@ def _run_audit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return "inf" if math.isinf(value) else f"{value:.4f}"
-    return str(value)
-
-
 def format_audit_table(record: dict[str, Any]) -> str:
     """Render an audit result as a two-column text table."""
     measured = "sda_auc" if record["sda_auc"] is not None else "sda_top1"
@@ -443,7 +435,7 @@ def format_audit_table(record: dict[str, Any]) -> str:
         ("verdict", record["verdict"]),
     ]
     width = max(len(name) for name, _ in rows)
-    lines = [f"{name.ljust(width)}  {_fmt(value)}" for name, value in rows]
+    lines = [f"{name.ljust(width)}  {format_cell(value)}" for name, value in rows]
     lines += [f"note: {note}" for note in record["notes"]]
     return "\n".join(lines)
 

@@ -16,11 +16,12 @@ REPORT_PNG = "report.png"
 ATTACKS = ("norm", "cosine", "spectral", "sda", "sda_top1")
 
 
-def _fmt(value: Any) -> str:
+def format_cell(value: Any) -> str:
+    """A table cell: ``-`` for missing, 4 decimals for floats (``nan``, ``inf`` too)."""
     if value is None:
         return "-"
     if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.4f}"
+        return f"{value:.4f}"
     return str(value)
 
 
@@ -44,7 +45,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"placement: {results['placement']}; epochs: {results['epochs']}",
         f"- epsilon spent per label: {results['epsilon_spent']}; noise key: "
         f"{'secure' if results['noise_key']['secure'] else 'seeded (NOT secure)'}",
-        f"- final {utility}: {_fmt(results.get(utility))}; "
+        f"- final {utility}: {format_cell(results.get(utility))}; "
         f"samples/s: {results['samples_per_second']:.0f}",
     ]
     lines += [f"- note: {note}" for note in results.get("privacy", {}).get("notes", [])]
@@ -59,11 +60,11 @@ def markdown(results: dict[str, Any]) -> str:
     header = ["epoch", utility, *attacks, "ceiling"] if attacks else ["epoch", utility]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for h in history:
-        row = [str(h["epoch"]), _fmt(h.get(utility))]
+        row = [str(h["epoch"]), format_cell(h.get(utility))]
         if attacks:
             found = h.get("attack_auc") or {}
-            row += [_fmt(found.get(a)) for a in attacks]
-            row.append(_fmt(found.get("auc_bound")))
+            row += [format_cell(found.get(a)) for a in attacks]
+            row.append(format_cell(found.get("auc_bound")))
         lines.append("| " + " | ".join(row) + " |")
     if attacks:
         lines += [
