@@ -252,9 +252,9 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
                     lw=1,
                     label="eps-DP ceiling (any attack)",
                 )
+                ax_attack.legend(fontsize=7, loc="lower right")
             ax_attack.set_ylabel("SDA attack AUC (dotted)")
             ax_attack.set_ylim(0.5, 1.02)
-            ax_attack.legend(fontsize=7, loc="lower right")
         ax_eps.set_xscale("log", base=2)
         ax_eps.set_xlabel("epsilon")
         ax_sda.set_xlabel("SDA attack AUC" if sda == "sda" else "SDA attack top-1")
