@@ -2,8 +2,8 @@
 
 Each SuperNode is one non-label party; its ``partition-id`` picks its column
 slice. Only ``context.state`` survives between messages of a node, so the
-bottom model and its optimizer live there (serialized) and the features are
-reloaded through a cache.
+bottom model and its optimizer live there (serialized with
+:mod:`tpsl_flwr.state_codec`) and the features are reloaded through a cache.
 
 Bring your own bottom model and feature store: write a factory
 ``(context) -> NonLabelParty`` and build the app with
@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ from tpsl_flwr.models import BottomModel
 from tpsl_flwr.parties import NonLabelParty, adam
 from tpsl_flwr.simulations.attacker_mod import record_if_configured
 from tpsl_flwr.simulations.config import ExperimentConfig
+from tpsl_flwr.state_codec import UnsupportedStateError, decode_state, encode_state
 
 PartyFactory = Callable[[Context], NonLabelParty]
 STATE_KEY = "tpsl.party-state"
@@ -85,6 +87,26 @@ def checkpoint_path(context: Context) -> Path:
     return Path(out_dir) / "checkpoints" / f"party-{partition}.pt"
 
 
+def _state_record(state: dict[str, Any], version: int) -> ConfigRecord:
+    """``state`` as a ConfigRecord: the fast exact codec, else ``torch.save``."""
+    try:
+        header, blob = encode_state(state)
+    except UnsupportedStateError:
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        header, blob = "", buffer.getvalue()
+    return ConfigRecord({"header": header, "blob": blob, "version": version})
+
+
+def _state_from_record(record: ConfigRecord) -> Any:
+    header, blob = record["header"], record["blob"]
+    if not isinstance(header, str) or not isinstance(blob, bytes):
+        raise ProtocolError("this node's saved state in context.state is malformed")
+    if header:
+        return decode_state(header, blob)
+    return torch.load(io.BytesIO(blob), weights_only=True)
+
+
 class NonLabelHandlers:
     """The message handlers of a non-label party, over a party factory."""
 
@@ -104,9 +126,7 @@ class NonLabelHandlers:
             return cached[1]
         party = self.factory(context)
         if record is not None:
-            blob = record["blob"]
-            assert isinstance(blob, bytes)
-            party.load_state_dict(torch.load(io.BytesIO(blob), weights_only=True))
+            party.load_state_dict(_state_from_record(record))
         self._cache[cache_key] = (version, party)
         return party
 
@@ -115,11 +135,7 @@ class NonLabelHandlers:
         version = (
             0 if record is None else P.as_int(record["version"], "state version") + 1
         )
-        buffer = io.BytesIO()
-        torch.save(party.state_dict(), buffer)
-        context.state[STATE_KEY] = ConfigRecord(
-            {"blob": buffer.getvalue(), "version": version}
-        )
+        context.state[STATE_KEY] = _state_record(party.state_dict(), version)
         self._cache[(context.run_id, context.node_id)] = (version, party)
 
     def hello(self, msg: Message, context: Context) -> Message:
