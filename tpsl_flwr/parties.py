@@ -37,6 +37,8 @@ from tpsl_flwr.validation import check_labels, check_placement, check_sample_ids
 
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
 _STREAMS_PER_EPOCH = 4
+NOISE_CACHE_BYTES = 256 * 2**20
+"""Most memory :class:`LabelParty` spends on precomputed per-sample noise."""
 
 
 def adam(lr: float) -> OptimizerFactory:
@@ -77,6 +79,13 @@ class LabelParty:
         Factory building the top model's optimizer from its parameters.
     reuse_noise
         Draw each sample's noise once and reuse it in every epoch.
+    noise_cache_bytes
+        Each sample's noise is a keyed function of (key, sample id, stream), so
+        the party derives a stream's noise for all training samples at once,
+        the first time the stream is used, and indexes it per batch: the same
+        values as drawing per batch, at almost no cost per step. Streams whose
+        noise would take more than this many bytes are drawn per batch; 0
+        turns the cache off. Only the streams of the current epoch are kept.
     """
 
     def __init__(
@@ -88,6 +97,7 @@ class LabelParty:
         placement: str = "logits",
         optimizer: OptimizerFactory | None = None,
         reuse_noise: bool = True,
+        noise_cache_bytes: int = NOISE_CACHE_BYTES,
     ) -> None:
         self.top = top
         self.labels = check_labels(labels, mechanism.num_classes)
@@ -97,6 +107,8 @@ class LabelParty:
         self.reuse_noise = reuse_noise
         self.optimizer = (optimizer or adam(1e-3))(top.parameters())
         self.steps = 0
+        self.noise_cache_bytes = int(noise_cache_bytes)
+        self._noise_cache: dict[tuple[int, int | None], NoisyLabels] = {}
 
     @property
     def num_outputs(self) -> int:
@@ -107,9 +119,48 @@ class LabelParty:
         self, ids: np.ndarray, base: int, epoch: int, width: int | None = None
     ) -> NoisyLabels:
         stream = noise_stream(base, epoch, self.reuse_noise)
-        return draw_noisy_labels(
-            self.mechanism, self.labels[ids], ids, self.key, stream, additive_dim=width
+        cached = self._all_noise(stream, width)
+        if cached is None:
+            return draw_noisy_labels(
+                self.mechanism,
+                self.labels[ids],
+                ids,
+                self.key,
+                stream,
+                additive_dim=width,
+            )
+        additive = None if cached.additive is None else cached.additive[ids]
+        return NoisyLabels(cached.coefficients[ids], additive)
+
+    def _all_noise(self, stream: int, width: int | None) -> NoisyLabels | None:
+        """Every training sample's noise on ``stream`` (None: over the cache cap)."""
+        found = self._noise_cache.get((stream, width))
+        if found is not None:
+            return found
+        n, k = self.labels.size, self.mechanism.num_classes
+        columns = k
+        if isinstance(self.mechanism, GaussianPerturb):
+            logits = 1 if self.mechanism.is_binary else k
+            columns += logits if width is None else width
+        if n * columns * 8 > self.noise_cache_bytes:
+            return None
+        if not self.reuse_noise:  # a new epoch's streams replace the old ones
+            epoch_of = (stream - 1) // _STREAMS_PER_EPOCH
+            self._noise_cache = {
+                key: value
+                for key, value in self._noise_cache.items()
+                if (key[0] - 1) // _STREAMS_PER_EPOCH == epoch_of
+            }
+        found = draw_noisy_labels(
+            self.mechanism,
+            self.labels,
+            np.arange(n, dtype=np.int64),
+            self.key,
+            stream,
+            additive_dim=width,
         )
+        self._noise_cache[(stream, width)] = found
+        return found
 
     def check_ids(self, sample_ids: object) -> np.ndarray:
         """Validate training sample ids against the labels held."""
