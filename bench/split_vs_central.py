@@ -12,7 +12,9 @@ one forward pass over the test set; samples/s = training rows / those seconds.
 alternately ``--repeats`` times and each cell is the best run (other load on a
 shared machine only slows runs down). Target: split / central >= 0.8.
 
-Usage: ``python bench/split_vs_central.py [--rows 20000] [--batch 256] [--repeats 3]``.
+Usage: ``python bench/split_vs_central.py [--rows 50000] [--batch 256 1024]
+[--repeats 3]``: one block of rows per batch size (per-step costs of the
+message round trip are fixed, so the ratio grows with the batch).
 """
 
 from __future__ import annotations
@@ -33,14 +35,16 @@ from tpsl_flwr.simulations.config import ExperimentConfig
 TARGET = 0.8
 
 
-def _config(args: argparse.Namespace, mechanism: str, out: str) -> ExperimentConfig:
+def _config(
+    args: argparse.Namespace, batch: int, mechanism: str, out: str
+) -> ExperimentConfig:
     return ExperimentConfig(
         dataset=args.dataset,
         rows=args.rows,
         mechanism=mechanism,
         epsilon=1.0,
         epochs=1,
-        batch_size=args.batch,
+        batch_size=batch,
         num_parties=args.parties,
         noise_seed=0,
         audit=False,
@@ -122,8 +126,8 @@ def central_rate(cfg: ExperimentConfig) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="synthetic-ctr")
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--rows", type=int, default=50_000)
+    parser.add_argument("--batch", type=int, nargs="+", default=[256, 1024])
     parser.add_argument("--parties", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--mechanism", default="laplace", help="extra split row")
@@ -133,35 +137,46 @@ def main() -> None:
     from flwr.common.logger import FLOWER_LOGGER
 
     FLOWER_LOGGER.setLevel(logging.WARNING)
+    best: dict[tuple[int, str], float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        plain = _config(args, "none", os.path.join(tmp, "none"))
-        guarded = _config(args, args.mechanism, os.path.join(tmp, "protected"))
-        plain.load_data()  # cached: loading is outside every timed region
-        rates: dict[str, list[float]] = {"split": [], "protected": [], "central": []}
-        for _ in range(args.repeats):
-            rates["split"].append(split_rate(plain))
-            rates["central"].append(central_rate(plain))
-            if args.mechanism != "none":
-                rates["protected"].append(split_rate(guarded))
-    best = {k: max(v) for k, v in rates.items() if v}
+        for batch in args.batch:
+            plain = _config(args, batch, "none", os.path.join(tmp, "none"))
+            guarded = _config(args, batch, args.mechanism, os.path.join(tmp, "dp"))
+            plain.load_data()  # cached: loading is outside every timed region
+            rates: dict[str, list[float]] = {
+                "split": [],
+                "protected": [],
+                "central": [],
+            }
+            for _ in range(args.repeats):
+                rates["split"].append(split_rate(plain))
+                rates["central"].append(central_rate(plain))
+                if args.mechanism != "none":
+                    rates["protected"].append(split_rate(guarded))
+            best.update({(batch, k): max(v) for k, v in rates.items() if v})
     print(
-        f"split vs central: {args.dataset}, {args.rows} rows, batch {args.batch}, "
-        f"{args.parties} parties, 1 epoch, best of {args.repeats} alternating runs, "
-        f"{args.threads} torch thread(s), {os.cpu_count()} cores"
+        f"split vs central: {args.dataset}, {args.rows} rows, {args.parties} parties, "
+        f"1 epoch, best of {args.repeats} alternating runs, {args.threads} torch "
+        f"thread(s), {os.cpu_count()} cores"
     )
     print()
     print("| run | samples/s | ratio vs central | target |")
     print("|---|---|---|---|")
-    print(f"| central (one torch model) | {best['central']:.0f} | 1.000 | - |")
-    print(
-        f"| split, in-process, none | {best['split']:.0f} | "
-        f"{best['split'] / best['central']:.3f} | >= {TARGET} |"
-    )
-    if "protected" in best:
+    for batch in args.batch:
+        central = best[(batch, "central")]
         print(
-            f"| split, in-process, {args.mechanism} eps 1 | {best['protected']:.0f} | "
-            f"{best['protected'] / best['central']:.3f} | - |"
+            f"| central (one torch model), batch {batch} | {central:.0f} | 1.000 | - |"
         )
+        print(
+            f"| split, in-process, none, batch {batch} | {best[(batch, 'split')]:.0f} "
+            f"| {best[(batch, 'split')] / central:.3f} | >= {TARGET} |"
+        )
+        if (batch, "protected") in best:
+            rate = best[(batch, "protected")]
+            print(
+                f"| split, in-process, {args.mechanism} eps 1, batch {batch} | "
+                f"{rate:.0f} | {rate / central:.3f} | - |"
+            )
 
 
 if __name__ == "__main__":

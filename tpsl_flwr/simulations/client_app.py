@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import Mod
 
@@ -31,6 +31,7 @@ from tpsl_flwr.parties import NonLabelParty, adam
 from tpsl_flwr.simulations.attacker_mod import record_if_configured
 from tpsl_flwr.simulations.config import ExperimentConfig
 from tpsl_flwr.state_codec import UnsupportedStateError, decode_state, encode_state
+from tpsl_flwr.wire_arrays import from_array, to_array
 
 PartyFactory = Callable[[Context], NonLabelParty]
 STATE_KEY = "tpsl.party-state"
@@ -182,7 +183,9 @@ class NonLabelHandlers:
         j = 0
         while P.grad_keys(j)[0] in grads:
             ids_key, grad_key = P.grad_keys(j)
-            party.apply_gradient(grads[ids_key].numpy(), grads[grad_key].numpy())
+            party.apply_gradient(
+                from_array(grads[ids_key]), from_array(grads[grad_key])
+            )
             j += 1
         split = str(config.get(P.SPLIT, "train"))
         new_ids = content.array_records.get(P.NEW_IDS, ArrayRecord())
@@ -190,9 +193,9 @@ class NonLabelHandlers:
         j = 0
         while P.batch_key(j) in new_ids:
             emb = party.embed(
-                new_ids[P.batch_key(j)].numpy(), split, keep_graph=split == "train"
+                from_array(new_ids[P.batch_key(j)]), split, keep_graph=split == "train"
             )
-            embeddings[P.batch_key(j)] = Array(emb.numpy().astype(np.float32))
+            embeddings[P.batch_key(j)] = to_array(emb.numpy().astype(np.float32))
             j += 1
         self._save(party, context)
         if P.CHECKPOINT_EPOCH in config and bool(

@@ -18,6 +18,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from tpsl_flwr import protocol as P
 from tpsl_flwr.errors import ProtocolError
+from tpsl_flwr.wire_arrays import from_array, to_array
 
 
 @dataclass(frozen=True)
@@ -101,14 +102,17 @@ def step_message(
     """One node's message: public config, ids to embed, its gradient slices."""
     content = RecordDict({P.CONFIG: ConfigRecord(config)})
     content[P.NEW_IDS] = ArrayRecord(
-        {P.batch_key(j): Array(ids.astype(np.int64)) for j, ids in enumerate(new_ids)}
+        {
+            P.batch_key(j): to_array(ids.astype(np.int64))
+            for j, ids in enumerate(new_ids)
+        }
     )
     grads: dict[str, Array] = {}
     for j, (ids, grad) in enumerate(pending):
         ids_key, grad_key = P.grad_keys(j)
-        grads[ids_key] = Array(ids.astype(np.int64))
+        grads[ids_key] = to_array(ids.astype(np.int64))
         piece = grad[:, node.offset : node.offset + node.width]
-        grads[grad_key] = Array(np.ascontiguousarray(piece.numpy(), dtype=np.float32))
+        grads[grad_key] = to_array(piece.numpy().astype(np.float32, copy=False))
     content[P.GRADS] = ArrayRecord(grads)
     return Message(content, dst_node_id=node.node_id, message_type=message_type)
 
@@ -126,7 +130,7 @@ def gather_embeddings(
             record = replies[node.node_id].content.array_records.get(P.EMBEDDINGS)
             if record is None or key not in record:
                 raise ProtocolError(f"{name} sent no embeddings for {key}")
-            emb = record[key].numpy()
+            emb = from_array(record[key])
             if emb.shape != (ids.size, node.width):
                 raise ProtocolError(
                     f"{name} sent embeddings of shape {emb.shape} for {key}; "
