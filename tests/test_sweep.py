@@ -1,12 +1,22 @@
 """`tpsl-flwr sweep`: a tiny grid end to end, resume, and bad configs."""
 
 import csv
+import re
+from pathlib import Path
 
 import pytest
 
+import tpsl_flwr.simulations as sims
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.simulations.cli import main
-from tpsl_flwr.simulations.sweep import SweepConfig, load_sweep, run_sweep
+from tpsl_flwr.simulations.sweep import (
+    CSV_COLUMNS,
+    SweepConfig,
+    load_sweep,
+    run_row,
+    run_sweep,
+)
+from tpsl_flwr.simulations.sweep_report import tables_markdown, write_plots
 
 TINY = """
 [grid]
@@ -147,3 +157,248 @@ def test_shipped_configs_parse():
     assert set(paper.mechanisms) == {"none", "laplace", "discrete", "gaussian"}
     text = (folder / "criteo_file.toml").read_text()
     assert "data-path" in text
+
+
+# --- the rows axis ---------------------------------------------------------
+
+CONFIGS = Path(sims.__file__).parent / "configs"
+
+
+def _row(mechanism, auc, rows, seed=0, epsilon=None, dataset="synthetic-ctr"):
+    """A hand-made runs.csv row."""
+    return {
+        "dataset": dataset,
+        "mechanism": mechanism,
+        "epsilon": epsilon,
+        "sigma": None,
+        "seed": seed,
+        "rows": rows,
+        "test_auc": auc,
+        "norm": 0.6,
+        "cosine": 0.6,
+        "spectral": 0.6,
+        "sda": 0.9 if mechanism == "none" else 0.7,
+        "auc_bound": None if epsilon is None else 0.73,
+    }
+
+
+def _scaled_rows():
+    """none and laplace eps=1 at 20k and 200k rows, two seeds each."""
+    return [
+        _row("none", 0.77, 20000, seed=0),
+        _row("none", 0.79, 20000, seed=1),
+        _row("laplace", 0.72, 20000, seed=0, epsilon=1.0),
+        _row("laplace", 0.74, 20000, seed=1, epsilon=1.0),
+        _row("none", 0.80, 200000, seed=0),
+        _row("none", 0.80, 200000, seed=1),
+        _row("laplace", 0.79, 200000, seed=0, epsilon=1.0),
+        _row("laplace", 0.79, 200000, seed=1, epsilon=1.0),
+    ]
+
+
+def test_rows_axis_multiplies_runs_and_sets_each_runs_size():
+    # Prepare
+    sweep = SweepConfig(
+        datasets=("synthetic-ctr",),
+        mechanisms=("none", "laplace"),
+        epsilons=(1.0,),
+        rows=(20000, 0),
+        seeds=(0, 1),
+        experiment={"epochs": 1},
+    )
+
+    # Execute
+    specs = sweep.runs("out")
+
+    # Assert: 2 sizes x (none + laplace eps=1) x 2 seeds.
+    assert len(specs) == 2 * 2 * 2
+    assert [s.config.rows for s in specs] == [20000] * 4 + [0] * 4
+    assert [s.name for s in specs[:4]] == [
+        "synthetic-ctr_rows20000_none_seed0",
+        "synthetic-ctr_rows20000_none_seed1",
+        "synthetic-ctr_rows20000_laplace_eps1_seed0",
+        "synthetic-ctr_rows20000_laplace_eps1_seed1",
+    ]
+    assert specs[4].name == "synthetic-ctr_rows0_none_seed0"
+    assert specs[0].config.out_dir == str(
+        Path("out") / "runs" / "synthetic-ctr_rows20000_none_seed0"
+    )
+
+
+def test_no_rows_axis_keeps_names_and_experiment_rows():
+    # Prepare
+    sweep = SweepConfig(
+        datasets=("synthetic-ctr",),
+        mechanisms=("none", "laplace"),
+        experiment={"rows": 5000},
+    )
+
+    # Execute
+    specs = sweep.runs()
+
+    # Assert
+    assert [s.name for s in specs] == [
+        "synthetic-ctr_none_seed0",
+        "synthetic-ctr_laplace_eps1_seed0",
+    ]
+    assert {s.config.rows for s in specs} == {5000}
+
+
+def test_rows_axis_from_toml(tmp_path):
+    # Prepare
+    path = _write(tmp_path, '[grid]\nmechanisms = ["none"]\nrows = [0, 300]\n')
+
+    # Execute
+    sweep = load_sweep(path)
+
+    # Assert
+    assert sweep.rows == (0, 300)
+    assert [s.name for s in sweep.runs()] == [
+        "synthetic-ctr_rows0_none_seed0",
+        "synthetic-ctr_rows300_none_seed0",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rows", "value"),
+    [
+        ("[true]", "True"),
+        ("[1.5]", "1.5"),
+        ("[20000.0]", "20000.0"),
+        ("[100, -3]", "-3"),
+        ('["big"]', "'big'"),
+        ("[]", "[]"),
+    ],
+)
+def test_bad_rows_values_name_the_key_and_value(tmp_path, rows, value):
+    # Prepare
+    path = _write(tmp_path, f"[grid]\nrows = {rows}\n")
+
+    # Execute
+    with pytest.raises(ConfigError) as caught:
+        load_sweep(path)
+
+    # Assert
+    message = str(caught.value)
+    assert "grid.rows" in message
+    assert re.search(rf"got {re.escape(value)}$", message)
+
+
+def test_rows_in_grid_and_experiment_is_refused(tmp_path):
+    # Prepare
+    text = "[grid]\nrows = [1000]\n\n[experiment]\nrows = 1000\n"
+    path = _write(tmp_path, text)
+
+    # Execute / Assert
+    with pytest.raises(ConfigError, match=r"experiment\.rows is set per run.*\[grid\]"):
+        load_sweep(path)
+
+
+def test_run_row_reports_rows_and_train_samples():
+    # Prepare
+    results = {
+        "mechanism": "laplace",
+        "epsilon": 1.0,
+        "dataset": "synthetic-ctr",
+        "train_rows": 16000,
+        "config": {"seed": 0, "rows": 20000},
+        "history": [{"samples": 16000, "attack_auc": {"sda": 0.7}}],
+    }
+    older = {"config": {"seed": 0, "rows": 0}, "history": [{"samples": 400}]}
+
+    # Execute
+    row = run_row("synthetic-ctr_rows20000_laplace_eps1_seed0", results)
+    old = run_row("breast-cancer_none_seed0", older)
+
+    # Assert
+    assert row["rows"] == 20000 and row["train_samples"] == 16000
+    assert row["sda"] == 0.7
+    assert old["rows"] == 0 and old["train_samples"] == 400
+    seed = CSV_COLUMNS.index("seed")
+    assert CSV_COLUMNS[seed + 1 : seed + 3] == ("rows", "train_samples")
+
+
+def test_one_size_per_dataset_keeps_dataset_names_and_no_scale_section():
+    # Prepare: the experiment's rows (not an axis) is still one size.
+    rows = [
+        _row("none", 0.78, 20000),
+        _row("laplace", 0.73, 20000, epsilon=1.0),
+        _row("none", 0.95, 0, dataset="breast-cancer"),
+    ]
+
+    # Execute
+    tables = tables_markdown(rows)
+
+    # Assert
+    assert "| synthetic-ctr | test AUC | 0.780 |" in tables
+    assert "| breast-cancer | test AUC | 0.950 |" in tables
+    assert "rows |" not in tables.split("## Table 2")[0]
+    assert "Utility vs training-set size" not in tables
+
+
+def test_several_sizes_group_tables_per_dataset_and_size():
+    # Prepare
+    rows = [*_scaled_rows(), _row("none", 0.7, 0, seed=0)]
+
+    # Execute
+    tables = tables_markdown(rows)
+
+    # Assert
+    table1 = tables.split("## Table 2")[0]
+    assert "| synthetic-ctr, default rows | test AUC | 0.700 |" in table1
+    assert "| synthetic-ctr, 20,000 rows | test AUC | 0.780 ± 0.010 |" in table1
+    assert "| synthetic-ctr, 200,000 rows | test AUC | 0.800 ± 0.000 |" in table1
+    assert "| synthetic-ctr, 200,000 rows | 1 | 0.790 ± 0.000 |" in tables
+
+
+def test_utility_vs_rows_table_has_utility_and_gap_per_size():
+    # Execute
+    tables = tables_markdown(_scaled_rows())
+
+    # Assert: laplace mean 0.73 vs none 0.78 at 20k rows; 0.79 vs 0.80 at 200k.
+    section = tables.split("## Utility vs training-set size")[1]
+    assert "| dataset | rows | none | laplace eps=1 | gap |" in section
+    assert (
+        "| synthetic-ctr | 20,000 | 0.780 ± 0.010 | 0.730 ± 0.010 | -0.050 |" in section
+    )
+    assert (
+        "| synthetic-ctr | 200,000 | 0.800 ± 0.000 | 0.790 ± 0.000 | -0.010 |"
+        in section
+    )
+
+
+def test_write_plots_adds_utility_vs_rows_only_for_several_sizes(tmp_path):
+    # Prepare
+    scaled, single = tmp_path / "scaled", tmp_path / "single"
+    scaled.mkdir()
+    single.mkdir()
+    one_size = [r for r in _scaled_rows() if r["rows"] == 20000]
+
+    # Execute
+    scaled_paths = write_plots(_scaled_rows(), scaled)
+    single_paths = write_plots(one_size, single)
+
+    # Assert
+    assert scaled_paths[-1] == scaled / "utility_vs_rows.png"
+    assert len(scaled_paths) == 3
+    for path in scaled_paths:
+        assert path.read_bytes()[:4] == b"\x89PNG"
+    assert [p.name for p in single_paths] == [
+        "fig5_utility_vs_epsilon.png",
+        "fig5_utility_vs_sda.png",
+    ]
+    assert not (single / "utility_vs_rows.png").exists()
+
+
+def test_data_scale_config_parses():
+    # Execute
+    sweep = load_sweep(CONFIGS / "data_scale.toml")
+
+    # Assert
+    assert sweep.rows == (20000, 100000, 300000, 1000000, 3000000)
+    assert sweep.epsilons == (1.0,)
+    assert "rows" not in sweep.experiment
+    specs = sweep.runs()
+    assert len(specs) == 5 * 3
+    assert specs[-1].name == "synthetic-ctr_rows3000000_discrete_eps1_seed0"
+    assert specs[-1].config.batch_size == 1024

@@ -126,7 +126,8 @@ def _add_sweep(commands: Any) -> None:
         help="run a grid of experiments from a TOML file (resumable)",
         description=(
             "Run every experiment of a [grid] x [experiment] TOML file, skipping "
-            "finished runs, and write runs.csv, tables.md and the Figure 5 plots."
+            "finished runs, and write runs.csv, tables.md and the Figure 5 plots "
+            "(and utility_vs_rows.png when grid.rows varies the data size)."
         ),
     )
     sweep.add_argument("config", help="the sweep TOML file")

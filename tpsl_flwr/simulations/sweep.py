@@ -10,13 +10,16 @@ field, kebab-case)::
     epsilons = [0.5, 1, 2, 4, 8]      # laplace, discrete
     sigmas = [0.25, 1, 4]             # gaussian
     seeds = [0, 1, 2]
+    rows = [20000, 100000]            # optional: dataset sizes (0: default)
 
     [experiment]
     epochs = 1
     batch-size = 256
 
 ``none`` runs once per dataset and seed, ``laplace``/``discrete`` once per
-epsilon, ``gaussian`` once per sigma. Each run writes
+epsilon, ``gaussian`` once per sigma; with a ``rows`` axis, all of that once
+per dataset size (run names gain ``_rows<N>`` after the dataset, and the
+report adds utility vs training-set size). Each run writes
 ``<out>/runs/<run-name>/results.json``; a run whose results file exists and
 parses is skipped, so an interrupted sweep resumes where it stopped. Then
 ``runs.csv``, ``tables.md`` (the paper's Tables 1-3) and the Figure 5 plots are
@@ -57,9 +60,11 @@ __all__ = [
 ]
 
 RESULTS_FILE = "results.json"
-GRID_KEYS = ("datasets", "mechanisms", "epsilons", "sigmas", "seeds")
+GRID_KEYS = ("datasets", "mechanisms", "epsilons", "sigmas", "seeds", "rows")
 # Fixed per run by the sweep itself; not allowed in [experiment].
 _PER_RUN = ("dataset", "mechanism", "epsilon", "sigma", "seed", "out-dir", "resume")
+# Also fixed per run when [grid] has a rows axis.
+_PER_RUN_WITH_ROWS = (*_PER_RUN, "rows")
 ATTACK_COLUMNS = ("norm", "cosine", "spectral", "sda", "sda_top1", "auc_bound")
 CSV_COLUMNS = (
     "run",
@@ -68,6 +73,8 @@ CSV_COLUMNS = (
     "epsilon",
     "sigma",
     "seed",
+    "rows",
+    "train_samples",
     "test_auc",
     "test_accuracy",
     *ATTACK_COLUMNS,
@@ -96,6 +103,9 @@ class SweepConfig:
         Budgets of ``laplace`` and ``discrete`` runs (each > 0).
     sigmas
         Noise std of ``gaussian`` runs (each > 0).
+    rows
+        Optional axis of dataset sizes (ints >= 0; 0: the dataset's default).
+        ``None`` (no axis): every run takes ``rows`` from ``experiment``.
     experiment
         Shared :class:`ExperimentConfig` settings (kebab-case keys).
 
@@ -112,6 +122,7 @@ class SweepConfig:
     epsilons: tuple[float, ...] = (1.0,)
     sigmas: tuple[float, ...] = ()
     seeds: tuple[int, ...] = (0,)
+    rows: tuple[int, ...] | None = None
     experiment: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -139,8 +150,10 @@ class SweepConfig:
         for seed in self.seeds:
             if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
                 raise ConfigError(f"grid.seeds values must be ints >= 0, got {seed!r}")
+        _check_rows(self.rows)
+        per_run = _PER_RUN if self.rows is None else _PER_RUN_WITH_ROWS
         for key in self.experiment:
-            if key.replace("_", "-") in _PER_RUN:
+            if key.replace("_", "-") in per_run:
                 raise ConfigError(
                     f"experiment.{key} is set per run by the sweep; put it in [grid]"
                 )
@@ -172,7 +185,7 @@ class SweepConfig:
                 raise ConfigError(f"grid.{key} must be a list, got {raw!r}")
             if key in ("epsilons", "sigmas"):
                 values[key] = tuple(_number(f"grid.{key}", v) for v in raw)
-            elif key == "seeds":
+            elif key in ("seeds", "rows"):
                 values[key] = tuple(raw)
             else:
                 values[key] = tuple(_text(f"grid.{key}", v) for v in raw)
@@ -185,29 +198,58 @@ class SweepConfig:
         """Every run of the grid, in a fixed order, written under ``out_dir``."""
         specs: list[RunSpec] = []
         base_noise = self.experiment.get("noise-seed", -1)
+        sizes: tuple[int | None, ...] = self.rows if self.rows is not None else (None,)
         for dataset in self.datasets:
-            for mechanism in self.mechanisms:
-                for param, value in _params(mechanism, self.epsilons, self.sigmas):
-                    for seed in self.seeds:
-                        name = run_name(dataset, mechanism, param, value, seed)
-                        settings: dict[str, Any] = {
-                            "audit": True,  # the tables need the attack AUCs
-                            **self.experiment,
-                            "dataset": dataset,
-                            "mechanism": mechanism,
-                            "seed": seed,
-                            "out-dir": str(Path(out_dir) / "runs" / name),
-                        }
-                        if param:
-                            settings[param] = value
-                        if isinstance(base_noise, int) and base_noise >= 0:
-                            settings["noise-seed"] = base_noise + seed
-                        try:
-                            cfg = ExperimentConfig.from_run_config(settings)
-                        except ConfigError as err:
-                            raise ConfigError(f"run {name}: {err}") from None
-                        specs.append(RunSpec(name, cfg))
+            for rows in sizes:
+                for mechanism in self.mechanisms:
+                    for param, value in _params(mechanism, self.epsilons, self.sigmas):
+                        for seed in self.seeds:
+                            name = run_name(
+                                dataset, mechanism, param, value, seed, rows=rows
+                            )
+                            settings: dict[str, Any] = {
+                                "audit": True,  # the tables need the attack AUCs
+                                **self.experiment,
+                                "dataset": dataset,
+                                "mechanism": mechanism,
+                                "seed": seed,
+                                "out-dir": str(Path(out_dir) / "runs" / name),
+                            }
+                            if rows is not None:
+                                settings["rows"] = rows
+                            if param:
+                                settings[param] = value
+                            if isinstance(base_noise, int) and base_noise >= 0:
+                                settings["noise-seed"] = base_noise + seed
+                            specs.append(RunSpec(name, _experiment(name, settings)))
         return specs
+
+
+def _experiment(name: str, settings: Mapping[str, Any]) -> ExperimentConfig:
+    try:
+        return ExperimentConfig.from_run_config(settings)
+    except ConfigError as err:
+        raise ConfigError(f"run {name}: {err}") from None
+
+
+def _check_rows(rows: tuple[int, ...] | None) -> None:
+    """Validate the optional ``grid.rows`` axis (``None``: no axis).
+
+    Examples
+    --------
+    >>> _check_rows((0, 20000))
+    >>> _check_rows((1.5,))
+    Traceback (most recent call last):
+    ...
+    tpsl_flwr.errors.ConfigError: grid.rows values must be ints >= 0, got 1.5
+    """
+    if rows is None:
+        return
+    if not rows:
+        raise ConfigError(f"grid.rows must not be empty, got {list(rows)!r}")
+    for value in rows:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"grid.rows values must be ints >= 0, got {value!r}")
 
 
 def _number(key: str, value: object) -> float:
@@ -233,9 +275,15 @@ def _params(
 
 
 def run_name(
-    dataset: str, mechanism: str, param: str, value: float | None, seed: int
+    dataset: str,
+    mechanism: str,
+    param: str,
+    value: float | None,
+    seed: int,
+    *,
+    rows: int | None = None,
 ) -> str:
-    """A run's folder name.
+    """A run's folder name (``_rows<N>`` after the dataset when a rows axis is swept).
 
     Examples
     --------
@@ -243,11 +291,14 @@ def run_name(
     'synthetic-ctr_laplace_eps0.5_seed2'
     >>> run_name("digits", "none", "", None, 0)
     'digits_none_seed0'
+    >>> run_name("synthetic-ctr", "laplace", "epsilon", 1.0, 0, rows=200000)
+    'synthetic-ctr_rows200000_laplace_eps1_seed0'
     """
+    size = "" if rows is None else f"_rows{rows}"
     middle = "" if value is None else f"_{'eps' if param == 'epsilon' else 'sigma'}"
     if value is not None:
         middle += f"{value:g}"
-    return f"{dataset}_{mechanism}{middle}_seed{seed}"
+    return f"{dataset}{size}_{mechanism}{middle}_seed{seed}"
 
 
 def load_sweep(path: str | Path) -> SweepConfig:
@@ -339,6 +390,8 @@ def run_row(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
         "epsilon": results.get("epsilon"),
         "sigma": results.get("sigma"),
         "seed": config.get("seed"),
+        "rows": config.get("rows"),
+        "train_samples": _train_samples(results),
         "test_auc": results.get("test_auc"),
         "test_accuracy": results.get("test_accuracy"),
         "epsilon_spent": results.get("epsilon_spent"),
@@ -347,6 +400,15 @@ def run_row(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
     for key in ATTACK_COLUMNS:
         row[key] = attacks.get(key)
     return row
+
+
+def _train_samples(results: Mapping[str, Any]) -> int | None:
+    """Training rows of a run (``train_rows``, else the last epoch's samples)."""
+    if results.get("train_rows") is not None:
+        return int(results["train_rows"])
+    history = results.get("history") or [{}]
+    samples = history[-1].get("samples")
+    return None if samples is None else int(samples)
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
@@ -434,8 +496,9 @@ def run_sweep(
 
 def describe(sweep: SweepConfig) -> str:
     """A one-line summary of the grid (for the CLI)."""
+    rows = "" if sweep.rows is None else f", rows {list(sweep.rows)}"
     return (
         f"{len(sweep.runs())} runs: datasets {list(sweep.datasets)}, "
         f"mechanisms {list(sweep.mechanisms)}, epsilons {list(sweep.epsilons)}, "
-        f"sigmas {list(sweep.sigmas)}, seeds {list(sweep.seeds)}"
+        f"sigmas {list(sweep.sigmas)}, seeds {list(sweep.seeds)}{rows}"
     )
