@@ -23,7 +23,8 @@ report adds utility vs training-set size). Each run writes
 ``<out>/runs/<run-name>/results.json``; a run whose results file exists and
 parses is skipped, so an interrupted sweep resumes where it stopped. Then
 ``runs.csv``, ``tables.md`` (the paper's Tables 1-3) and the Figure 5 plots are
-written from every finished run (:mod:`tpsl_flwr.simulations.sweep_report`).
+written from every finished run (:mod:`tpsl_flwr.simulations.sweep_report`,
+:mod:`~tpsl_flwr.simulations.sweep_scale`).
 
 A ``noise-seed >= 0`` in ``[experiment]`` is offset by each run's seed, so seeds
 differ in their noise too (seeded keys are reproducible and NOT secure).

@@ -1,0 +1,163 @@
+"""Shared pieces of a sweep's report: cells, groups and panels.
+
+Every cell is ``mean ± std`` over seeds (std with ``ddof = 0``; a lone seed
+shows its value only). Multi-class datasets use test accuracy and SDA top-1.
+Rows group per dataset, or per dataset and size (``"synthetic-ctr, 200,000
+rows"``) when a dataset was run at several sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+Row = dict[str, Any]
+
+UTILITY_LABEL = {"test_auc": "test AUC", "test_accuracy": "test accuracy"}
+COLORS = {"laplace": "C0", "discrete": "C1", "gaussian": "C2"}
+PANELS_PER_ROW = 3
+PROTECTED = (
+    ("laplace", "epsilon", "Table 2: Laplace GradPerturb"),
+    ("discrete", "epsilon", "Table 3: Discrete GradPerturb (randomized response)"),
+    ("gaussian", "sigma", "Gaussian baseline (no pure DP)"),
+)
+
+
+def utility_key(rows: Iterable[Row]) -> str:
+    """``test_auc`` if any row has it (binary data), else ``test_accuracy``."""
+    return (
+        "test_auc"
+        if any(r.get("test_auc") is not None for r in rows)
+        else "test_accuracy"
+    )
+
+
+def sda_key(rows: Iterable[Row]) -> str:
+    """``sda`` (binary) or ``sda_top1`` (multi-class)."""
+    return "sda" if any(r.get("sda") is not None for r in rows) else "sda_top1"
+
+
+def values_of(rows: Iterable[Row], key: str) -> np.ndarray:
+    """The finite values of ``key`` over ``rows`` (missing cells skipped)."""
+    out = [float(r[key]) for r in rows if r.get(key) not in (None, "")]
+    return np.asarray([v for v in out if math.isfinite(v)], dtype=float)
+
+
+def mean_std(rows: Sequence[Row], key: str) -> tuple[float, float]:
+    """Mean and std of ``key`` over ``rows`` (``nan`` when no row has it)."""
+    values = values_of(rows, key)
+    if values.size == 0:
+        return math.nan, math.nan
+    return float(values.mean()), float(values.std())
+
+
+def cell(rows: Sequence[Row], key: str) -> str:
+    """``mean ± std`` of ``key`` (``-`` when no row has it).
+
+    Examples
+    --------
+    >>> cell([{"sda": 0.7}, {"sda": 0.8}], "sda")
+    '0.750 ± 0.050'
+    >>> cell([{"sda": None}], "sda")
+    '-'
+    """
+    values = values_of(rows, key)
+    if values.size == 0:
+        return "-"
+    if values.size == 1:
+        return f"{values[0]:.3f}"
+    return f"{values.mean():.3f} ± {values.std():.3f}"
+
+
+def by_dataset(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    """Rows per dataset, in first-seen order."""
+    groups: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[str(row["dataset"])].append(row)
+    return dict(groups)
+
+
+def rows_of(row: Row) -> int:
+    """A run's configured dataset size (0, the default, when not recorded)."""
+    value = row.get("rows")
+    return 0 if value in (None, "") else int(value)
+
+
+def by_size(rows: Iterable[Row]) -> dict[int, list[Row]]:
+    """Rows per configured dataset size, smallest first."""
+    groups: dict[int, list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[rows_of(row)].append(row)
+    return dict(sorted(groups.items()))
+
+
+def size_label(rows: int) -> str:
+    """A dataset size for people.
+
+    Examples
+    --------
+    >>> size_label(200000)
+    '200,000 rows'
+    >>> size_label(0)
+    'default rows'
+    """
+    return f"{rows:,} rows" if rows > 0 else "default rows"
+
+
+def report_groups(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    """Rows per dataset, split per size where a dataset has several sizes.
+
+    Examples
+    --------
+    >>> list(report_groups([{"dataset": "a", "rows": 10}, {"dataset": "b", "rows": 0},
+    ...               {"dataset": "b", "rows": 2000}]))
+    ['a', 'b, default rows', 'b, 2,000 rows']
+    """
+    groups: dict[str, list[Row]] = {}
+    for dataset, group in by_dataset(rows).items():
+        sizes = by_size(group)
+        if len(sizes) == 1:
+            groups[dataset] = group
+            continue
+        for size, part in sizes.items():
+            groups[f"{dataset}, {size_label(size)}"] = part
+    return groups
+
+
+def sized_datasets(rows: Iterable[Row]) -> dict[str, dict[int, list[Row]]]:
+    """Per dataset run at two sizes or more: its rows per size."""
+    out = {name: by_size(group) for name, group in by_dataset(rows).items()}
+    return {name: sizes for name, sizes in out.items() if len(sizes) >= 2}
+
+
+def levels(rows: Iterable[Row], param: str) -> dict[float, list[Row]]:
+    """Rows per value of ``param`` (``epsilon`` or ``sigma``), smallest first."""
+    groups: dict[float, list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[float(row[param])].append(row)
+    return dict(sorted(groups.items()))
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> list[str]:
+    """A Markdown table's lines."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return lines
+
+
+def panels(plt: Any, count: int, size: tuple[float, float]) -> tuple[Any, list]:
+    """A figure of ``count`` panels, at most :data:`PANELS_PER_ROW` a row."""
+    count = max(1, count)
+    cols = min(count, PANELS_PER_ROW)
+    lines = math.ceil(count / cols)
+    fig, axes = plt.subplots(
+        lines, cols, figsize=(size[0] * cols, size[1] * lines), squeeze=False
+    )
+    flat = list(axes.flat)
+    for ax in flat[count:]:
+        ax.set_visible(False)
+    return fig, flat[:count]
