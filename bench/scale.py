@@ -3,22 +3,26 @@
 For each N (default 1, 2, 4, 8; ``--more`` adds 16 and 32) it runs one TPSL
 experiment with ``num-parties = N`` through ``run_on_ray`` (``flwr run`` of the
 repo app: local SuperLink, ``flwr-simulation``, Ray; one SuperNode per party),
-on a small dataset for one epoch (default: breast-cancer, batch 64, Laplace
-eps 1, audit off). Reported: ``ms/step`` (batch size over the run's
-``samples_per_second``: one round trip to all N nodes plus the label party's
-step), ``wall s`` (what the caller waits for, start-up and clean-up included)
-and ``peak RSS`` (the largest sum of resident memory over every process of the
-run, sampled from ``/proc`` every 0.2 s: this process's tree plus every process
-carrying this benchmark's marker in its environment, which the SuperLink, the
-simulation and Ray's workers inherit). Ratios are against N = 1.
+on a small dataset for one epoch (default: digits, whose 64 feature columns
+split among up to 64 parties; batch 64, Laplace eps 1, audit off). Reported:
+``ms/step`` (batch size over the run's ``samples_per_second``: one round trip
+to all N nodes plus the label party's step), ``wall s`` (what the caller waits
+for, start-up and clean-up included) and ``peak RSS`` (the largest sum of
+resident memory over every process of the run, sampled from ``/proc`` every
+0.2 s: this process's tree plus every process carrying this benchmark's marker
+in its environment, which the SuperLink, the simulation and Ray's workers
+inherit). Ratios are against N = 1. Party counts above the dataset's column
+count are refused before anything runs; a run that fails is reported as such
+and the others still are.
 
-Usage: ``python bench/scale.py [--parties 1 2 4 8] [--more] [--dataset breast-cancer]``.
+Usage: ``python bench/scale.py [--parties 1 2 4 8] [--more] [--dataset digits]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -98,19 +102,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parties", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--more", action="store_true", help="also 16 and 32")
-    parser.add_argument("--dataset", default="breast-cancer")
+    parser.add_argument("--dataset", default="digits")
     parser.add_argument("--rows", type=int, default=0)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
     counts = list(args.parties) + ([16, 32] if args.more else [])
 
+    from tpsl_flwr.simulations.config import ExperimentConfig
     from tpsl_flwr.simulations.flower_run import run_on_ray
+
+    train = ExperimentConfig(dataset=args.dataset, rows=args.rows).load_data().train
+    columns = len(train.numeric_names) + len(train.categorical_names)
+    too_many = [n for n in counts if n > columns]
+    if too_many:
+        parser.error(
+            f"{args.dataset} has {columns} feature columns, too few for "
+            f"{too_many} parties (each party needs at least one column)"
+        )
 
     marker_value = uuid.uuid4().hex
     os.environ[MARKER] = marker_value
     marker = f"{MARKER}={marker_value}".encode()
     rows = []
+    failures: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in counts:
             run_config = {
@@ -127,8 +142,13 @@ def main() -> None:
                 "out-dir": str(Path(tmp) / f"n{n}"),
             }
             started = time.perf_counter()
-            with PeakMemory(marker) as memory:
-                results = run_on_ray(run_config, timeout=args.timeout, echo=None)
+            try:
+                with PeakMemory(marker) as memory:
+                    results = run_on_ray(run_config, timeout=args.timeout, echo=None)
+            except Exception as err:  # report it, keep the other counts
+                failures.append(f"N={n} failed: {str(err).splitlines()[0][:300]}")
+                print(failures[-1], file=sys.stderr, flush=True)
+                continue
             wall = time.perf_counter() - started
             step_ms = 1000 * args.batch / results["samples_per_second"]
             rows.append((n, step_ms, wall, memory.peak / 2**20, memory.processes))
@@ -137,6 +157,10 @@ def main() -> None:
         f"Flower Ray simulation, {os.cpu_count()} cores"
     )
     print()
+    for failure in failures:
+        print(failure)
+    if not rows:
+        raise SystemExit("scale: every run failed")
     print("| parties | ms/step | x N=1 | wall s | peak RSS MiB | x N=1 | processes |")
     print("|---|---|---|---|---|---|---|")
     _, step1, _, mem1, _ = rows[0]

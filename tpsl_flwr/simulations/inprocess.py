@@ -28,7 +28,6 @@ run one after another in the order the messages were pushed.
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -44,6 +43,8 @@ from flwr.server.utils.validator import validate_message
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
+
+from tpsl_flwr.simulations.message_copy import copy_message, copy_records
 
 __all__ = [
     "ClientAppCallable",
@@ -396,7 +397,7 @@ class InProcessGrid(Grid):
 
     def _deliver(self, msg: Message) -> Message:
         node = self._nodes[msg.metadata.dst_node_id]
-        incoming = copy.deepcopy(msg) if self._copy else msg
+        incoming = copy_message(msg) if self._copy else msg
         if self._record:
             self.sent_messages.append(incoming)
         if self._on_message is not None:
@@ -407,7 +408,7 @@ class InProcessGrid(Grid):
                 run_id=ctx.run_id,
                 node_id=ctx.node_id,
                 node_config=dict(ctx.node_config),
-                state=copy.deepcopy(ctx.state),
+                state=copy_records(ctx.state),
                 run_config=dict(ctx.run_config),
             )
         try:
@@ -423,7 +424,7 @@ class InProcessGrid(Grid):
         else:  # only a successful call updates the node's context
             node.context.state = ctx.state
         if self._copy:
-            reply = copy.deepcopy(reply)
+            reply = copy_message(reply)
         if self._record:
             self.received_replies.append(reply)
         if self._on_reply is not None:
