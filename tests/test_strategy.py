@@ -26,7 +26,7 @@ def _reply(msg, content=None, src=None, error=None):
         message_id="",
         src_node_id=src or msg.metadata.dst_node_id,
         dst_node_id=0,
-        reply_to_message_id="m",
+        reply_to_message_id=msg.metadata.message_id,
         group_id="",
         created_at=0.0,
         ttl=60.0,
@@ -40,20 +40,34 @@ def _reply(msg, content=None, src=None, error=None):
 
 
 class FakeGrid:
-    """Only what the strategy calls: node ids and send_and_receive."""
+    """Only what the strategy calls: node ids, push_messages and pull_messages."""
 
     def __init__(self, responder, nodes=NODES):
         self.nodes = dict(nodes)
         self.responder = responder
         self.sent = []
+        self.replies = {}
 
     def get_node_ids(self):
         return list(self.nodes)
 
+    def push_messages(self, messages):
+        ids = []
+        for msg in messages:
+            message_id = f"m{len(self.sent)}"
+            msg.metadata.__dict__["_message_id"] = message_id
+            self.sent.append(msg)
+            reply = self.responder(self, msg)
+            if reply is not None:
+                self.replies[message_id] = reply
+            ids.append(message_id)
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(i) for i in list(message_ids) if i in self.replies]
+
     def send_and_receive(self, messages, timeout=None):
-        messages = list(messages)
-        self.sent.extend(messages)
-        return [r for r in (self.responder(self, m) for m in messages) if r is not None]
+        return self.pull_messages(self.push_messages(messages))
 
 
 def embeddings_for(ids, partition, value=None):
@@ -255,3 +269,11 @@ def test_ids_outside_the_labels_are_rejected():
 def test_bad_strategy_settings_name_the_value(name):
     with pytest.raises(ConfigError, match=f"{name} must be an integer >= 1, got 0"):
         make_strategy(**{name: 0})
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, math.inf])
+def test_poll_interval_must_be_positive_and_finite(bad):
+    with pytest.raises(
+        ConfigError, match=f"poll_interval must be > 0 and finite, got {bad}"
+    ):
+        make_strategy(poll_interval=bad)

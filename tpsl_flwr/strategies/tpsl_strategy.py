@@ -38,6 +38,7 @@ from tpsl_flwr.accounting import privacy_spent
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.metrics import classification_metrics
 from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange
 from tpsl_flwr.strategies.node_messages import (
     Node,
     check_replies,
@@ -91,6 +92,10 @@ class TPSLStrategy(Strategy):
         Attack the dispatched transcript every epoch (norm, cosine, spectral,
         white-box SDA) and add ``attack_auc`` to each epoch's history entry.
         Off by default: it costs ``k`` extra backward passes per step.
+    poll_interval
+        Longest sleep, in seconds, between two pulls for the nodes' replies
+        (:func:`~tpsl_flwr.strategies.exchange.exchange`; Flower's own
+        ``send_and_receive`` sleeps 0.1 s in simulation and 3 s in deployment).
     """
 
     def __init__(
@@ -106,6 +111,7 @@ class TPSLStrategy(Strategy):
         on_epoch_end: EpochCallback | None = None,
         node_wait: float = 60.0,
         audit: bool = False,
+        poll_interval: float = MAX_INTERVAL,
     ) -> None:
         for name, value in (
             ("batch_size", batch_size),
@@ -115,6 +121,13 @@ class TPSLStrategy(Strategy):
             check_int(value, name)
         if num_nodes is not None:
             check_int(num_nodes, "num_nodes")
+        if not (
+            isinstance(poll_interval, int | float) and 0 < poll_interval < math.inf
+        ):
+            raise ConfigError(
+                f"poll_interval must be > 0 and finite, got {poll_interval!r}"
+            )
+        self.poll_interval = float(poll_interval)
         self.party = label_party
         self.test_labels = test_labels
         self.batch_size = batch_size
@@ -207,8 +220,8 @@ class TPSLStrategy(Strategy):
             node_ids = list(grid.get_node_ids())
         if not node_ids:
             raise ProtocolError("no non-label nodes are connected")
-        replies = grid.send_and_receive(
-            hello_messages(node_ids, resume_epoch), timeout=timeout
+        replies = exchange(
+            grid, hello_messages(node_ids, resume_epoch), timeout, self.poll_interval
         )
         self.nodes = describe_nodes(check_replies([], replies, node_ids))
         offset = sum(node.width for node in self.nodes)
@@ -334,12 +347,14 @@ class TPSLStrategy(Strategy):
                 messages = self.configure_train(
                     server_round, ArrayRecord(), ConfigRecord(), grid
                 )
-                replies = grid.send_and_receive(messages, timeout=timeout)
+                replies = exchange(grid, messages, timeout, self.poll_interval)
                 self.aggregate_train(server_round, replies)
             config = ConfigRecord({P.CHECKPOINT_EPOCH: epoch})
-            replies = grid.send_and_receive(
+            replies = exchange(
+                grid,
                 self.configure_evaluate(server_round, ArrayRecord(), config, grid),
-                timeout=timeout,
+                timeout,
+                self.poll_interval,
             )
             metrics = self.aggregate_evaluate(server_round, replies)
             attacks = None
