@@ -73,5 +73,5 @@ def test_missing_replies_are_left_out_when_the_timeout_passes() -> None:
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), "0.1"])
 def test_bad_poll_intervals_are_refused_by_value(bad: object) -> None:
     # Execute / Assert
-    with pytest.raises(ConfigError, match="max_interval must be > 0 and finite"):
+    with pytest.raises(ConfigError, match=f"max_interval must be .*got '?{bad}"):
         exchange(SlowGrid(1, 1), [], timeout=1, max_interval=bad)  # type: ignore[arg-type]

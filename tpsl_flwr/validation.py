@@ -44,7 +44,7 @@ def check_epsilon(epsilon: object, name: str = "epsilon") -> float:
     ...
     tpsl_flwr.errors.ConfigError: epsilon must be > 0 and finite, got 0
     """
-    return _positive_finite(epsilon, name)
+    return check_positive_finite(epsilon, name)
 
 
 def check_sigma(sigma: object, name: str = "sigma") -> float:
@@ -55,10 +55,18 @@ def check_sigma(sigma: object, name: str = "sigma") -> float:
     ConfigError
         If ``sigma`` is not a real number, or is <= 0, NaN or infinite.
     """
-    return _positive_finite(sigma, name)
+    return check_positive_finite(sigma, name)
 
 
-def _positive_finite(value: object, name: str) -> float:
+def check_positive_finite(value: object, name: str) -> float:
+    """Return ``value`` as a float after checking it is a finite number > 0.
+
+    Raises
+    ------
+    ConfigError
+        If ``value`` is not a real number, or is <= 0, NaN or infinite; the
+        message names ``name`` and the value.
+    """
     if isinstance(value, bool) or not isinstance(value, Real):
         raise ConfigError(f"{name} must be a number, got {value!r}")
     as_float = float(value)

@@ -12,14 +12,13 @@ nodes' time to answer.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable
 
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.validation import check_positive_finite
 
 __all__ = ["FIRST_INTERVAL", "MAX_INTERVAL", "exchange"]
 
@@ -59,8 +58,7 @@ def exchange(
     ConfigError
         If ``max_interval`` is not a positive, finite number.
     """
-    if not (isinstance(max_interval, int | float) and 0 < max_interval < math.inf):
-        raise ConfigError(f"max_interval must be > 0 and finite, got {max_interval!r}")
+    max_interval = check_positive_finite(max_interval, "max_interval")
     waiting = set(grid.push_messages(messages))
     deadline = None if timeout is None else time.monotonic() + timeout
     replies: list[Message] = []

@@ -48,7 +48,7 @@ from tpsl_flwr.strategies.node_messages import (
     step_message,
 )
 from tpsl_flwr.transcript_audit import TranscriptAudit
-from tpsl_flwr.validation import check_int
+from tpsl_flwr.validation import check_int, check_positive_finite
 
 EpochCallback = Callable[[int, dict[str, Any]], None]
 
@@ -121,13 +121,7 @@ class TPSLStrategy(Strategy):
             check_int(value, name)
         if num_nodes is not None:
             check_int(num_nodes, "num_nodes")
-        if not (
-            isinstance(poll_interval, int | float) and 0 < poll_interval < math.inf
-        ):
-            raise ConfigError(
-                f"poll_interval must be > 0 and finite, got {poll_interval!r}"
-            )
-        self.poll_interval = float(poll_interval)
+        self.poll_interval = check_positive_finite(poll_interval, "poll_interval")
         self.party = label_party
         self.test_labels = test_labels
         self.batch_size = batch_size
