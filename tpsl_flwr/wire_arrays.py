@@ -38,7 +38,7 @@ def to_array(values: np.ndarray) -> Array:
     values = np.ascontiguousarray(values)
     layout = (values.dtype.str, values.shape)
     header = _headers_by_layout.get(layout)
-    if header is None or values.dtype.hasobject:
+    if header is None:  # first of its layout (object arrays fail in np.save)
         buffer = io.BytesIO()
         np.save(buffer, values, allow_pickle=False)
         data = buffer.getvalue()
@@ -77,7 +77,7 @@ def from_array(array: Array) -> np.ndarray:
             flat = np.frombuffer(data, dtype=dtype, count=count, offset=len(header))
             return flat.reshape(shape).copy()
     values = np.load(io.BytesIO(data), allow_pickle=False)
-    if header is not None and values.flags.c_contiguous and not values.dtype.hasobject:
+    if header is not None and values.flags.c_contiguous:
         _remember(_layouts_by_header, header, (values.dtype, values.shape))
     return values
 
