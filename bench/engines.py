@@ -68,7 +68,6 @@ def run_config(
         "batch-size": batch,
         "steps-per-message": spm,
         "num-parties": args.parties,
-        "noise-seed": 0,
         "out-dir": str(out_dir),
     }
     if "audit" in app_defaults():  # the per-epoch transcript attack: off by default

@@ -136,7 +136,6 @@ def main() -> None:
                 "epochs": 1,
                 "batch-size": args.batch,
                 "num-parties": n,
-                "noise-seed": 0,
                 "audit": False,
                 "checkpoint": False,
                 "out-dir": str(Path(tmp) / f"n{n}"),

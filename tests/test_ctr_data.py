@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -258,16 +257,13 @@ def test_per_column_buckets(criteo_file: Path) -> None:
 # --------------------------------------------------------------------- cache
 
 
-def test_cache_hit_is_identical_and_faster(tmp_path: Path) -> None:
-    # Prepare
+def test_cache_hit_is_identical(tmp_path: Path) -> None:
+    # Prepare (timing lives in bench/loader.py)
     path = write_criteo(tmp_path / "train.txt", 8000, seed=2).path
     cache = tmp_path / "cache"
     # Execute
-    t0 = time.perf_counter()
     cold = load_criteo(path, hash_buckets=BUCKETS, cache_dir=cache)
-    t1 = time.perf_counter()
     warm = load_criteo(path, hash_buckets=BUCKETS, cache_dir=cache)
-    t2 = time.perf_counter()
     # Assert
     assert not cold.info["cache_hit"] and warm.info["cache_hit"]
     assert Path(warm.info["cache_path"]).parent == cache
@@ -275,7 +271,6 @@ def test_cache_hit_is_identical_and_faster(tmp_path: Path) -> None:
         np.testing.assert_array_equal(a.numeric, b.numeric)
         np.testing.assert_array_equal(a.categorical, b.categorical)
         np.testing.assert_array_equal(a.labels, b.labels)
-    assert t2 - t1 < t1 - t0
 
 
 def test_cache_misses_on_new_parameters_or_a_changed_file(tmp_path: Path) -> None:
@@ -311,7 +306,8 @@ def test_avazu_schema_and_time_split(tmp_path: Path) -> None:
     assert s.train.cardinalities[0] == 24
     assert s.info["rows"] == 3000
     assert len(s.test) == 1000  # the last of 3 evenly filled days
-    assert abs(len(r.test) - 600) <= 1
+    # random split by record id: binomial(3000, 0.2) test rows
+    assert abs(len(r.test) - 600) < 4 * np.sqrt(3000 * 0.2 * 0.8)
     hours = s.test.categorical[:, 0]
     assert hours.min() == 0 and hours.max() == 23
 

@@ -23,6 +23,8 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.task_identity import TaskIdentity
 
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.keyed_noise import NoiseKey
+from tpsl_flwr.label_store import LabelStore
 from tpsl_flwr.simulations.client_app import app as tpsl_client_app
 from tpsl_flwr.simulations.config import ExperimentConfig
 from tpsl_flwr.simulations.experiment import run_label_party
@@ -329,7 +331,7 @@ def test_launchers_reject_unknown_run_config_keys(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------- real Flower runs
-# Both tests run the TPSL app itself on breast-cancer (456 training rows) for
+# Both tests run the TPSL app itself on breast-cancer (~455 training rows) for
 # one epoch, two non-label parties (SuperNodes), Laplace eps 1 with a seeded
 # noise key, and compare its numbers with the in-process engine's on the same
 # merged config: the same ServerApp/ClientApp code gives the same model.
@@ -344,12 +346,17 @@ def _tpsl_config(out_dir: Path, **overrides: Any) -> dict[str, Any]:
         "epochs": 1,
         "batch-size": 128,
         "num-parties": 2,
-        "noise-seed": 0,
         "checkpoint": True,
         "out-dir": str(out_dir),
     }
     config.update(overrides)
+    _provide_seeded_key(out_dir)
     return config
+
+
+def _provide_seeded_key(out_dir: Path) -> None:
+    """The label party's seeded key (never run config: the nodes get that)."""
+    LabelStore(out_dir / "label-party").provide_key(NoiseKey.from_seed(0), "seed")
 
 
 def _app_defaults() -> dict[str, Any]:
@@ -360,6 +367,7 @@ def _app_defaults() -> dict[str, Any]:
 def _inprocess_history(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """The epoch-1 history entry of the same run on the in-process engine."""
     merged = {**_app_defaults(), **config, "out-dir": str(out_dir)}
+    _provide_seeded_key(out_dir)
     cfg = ExperimentConfig.from_run_config(merged)
     grid = InProcessGrid(tpsl_client_app, cfg.num_parties, run_config=merged)
     results = grid.run_server(lambda g, _c: run_label_party(g, cfg, "local"))
@@ -376,7 +384,8 @@ def _assert_tpsl_results(out_dir: Path, config: dict[str, Any]) -> dict[str, Any
     assert 0.5 < results["test_auc"] <= 1.0
     assert results["noise_key"]["secure"] is False  # seeded
     assert [h["epoch"] for h in results["history"]] == [1]
-    assert results["history"][0]["samples"] == results["train_rows"] == 456
+    n_train = ExperimentConfig(dataset="breast-cancer").load_labels().train_labels.size
+    assert results["history"][0]["samples"] == results["train_rows"] == n_train
     assert results["config"]["batch-size"] == config["batch-size"]
     assert results["config"]["steps-per-message"] == config.get("steps-per-message", 1)
     # Each SuperNode ran the ClientApp for its own partition and checkpointed it

@@ -83,3 +83,17 @@ def test_bad_keys():
         NoiseKey.from_hex("zz")
     with pytest.raises(ConfigError, match="seed must be an integer"):
         NoiseKey.from_seed("7")  # type: ignore[arg-type]
+
+
+def test_words_at_reads_the_same_sequence_as_words():
+    key = NoiseKey.from_seed(4)
+    ids = np.array([0, 7, 2**40, 7])
+    full = key.words(ids, 3, 40)
+    starts = np.array([0, 5, 11, 2])
+    got = key.words_at(ids, 3, starts, count=6, stride=3)
+    for row, start in enumerate(starts):
+        np.testing.assert_array_equal(got[row], full[row, start : start + 18 : 3])
+    with pytest.raises(ConfigError, match="starts must be 4 indices"):
+        key.words_at(ids, 3, [0, 1])
+    with pytest.raises(ConfigError, match="past"):
+        key.words_at(ids[:1], 3, [2**33])

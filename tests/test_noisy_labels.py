@@ -1,4 +1,5 @@
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -10,15 +11,18 @@ from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.mechanisms import make_mechanism
 from tpsl_flwr.noisy_labels import (
+    FACTORIAL_DEPTH,
     LAPLACE_GRID,
     STREAM_TOP_UPDATE,
     STREAM_TRANSCRIPT,
-    discrete_laplace,
+    discrete_laplace_steps,
     draw_noisy_labels,
+    first_fail_reciprocal,
     one_hot,
     realized_noise,
     rr_flip_threshold,
     rr_keep_threshold,
+    uniform_below,
 )
 
 N = 200_000
@@ -147,12 +151,231 @@ def test_rr_thresholds_round_in_the_safe_direction():
 
 
 def test_discrete_laplace_has_integer_steps_and_exact_sums():
-    words = KEY.words(np.arange(10_000), 9, 2)
-    u = discrete_laplace(words[:, 0], words[:, 1], scale=100.0)
+    mech = make_mechanism("laplace", epsilon=0.01)
+    y = _labels(2, n=10_000)
+    c = draw_noisy_labels(mech, y, np.arange(y.size), KEY).coefficients
+    u = (c[:, 1] - y) * (1 - 2 * y)
     steps = u / LAPLACE_GRID
     np.testing.assert_array_equal(steps, np.trunc(steps))
     # y + u is exact in float64: subtracting y gives u back bit for bit.
     np.testing.assert_array_equal((1.0 - u) - 1.0, -u)
+
+
+@pytest.mark.parametrize("bits", [3, 4, 5])
+def test_uniform_below_is_exactly_uniform_over_every_word(bits):
+    # Enumerate every word: each value in [0, n) has the same accepted mass.
+    words = np.arange(2**bits, dtype=np.uint64)
+    for n in range(1, 2**bits + 1):
+        ok, value = uniform_below(words, n, bits=bits)
+        counts = np.bincount(value[ok].astype(np.int64), minlength=n)
+        assert counts.size == n and np.all(counts == counts[0]) and counts[0] > 0
+        # Array bounds give the same answer as the scalar bound.
+        ok2, value2 = uniform_below(words, np.full(words.size, n, np.uint64), bits)
+        np.testing.assert_array_equal(ok2, ok)
+        np.testing.assert_array_equal(value2[ok], value[ok])
+
+
+@pytest.mark.parametrize("depth", [2, 3, 4, 5, FACTORIAL_DEPTH])
+def test_first_fail_reciprocal_has_exact_law(depth):
+    # P(N > n) must be exactly 1/n! for n = 1..depth (C_K ~ Bern(1/K) iid).
+    if depth == FACTORIAL_DEPTH:
+        # Too many to enumerate: check every threshold and its neighbours.
+        edges = [
+            math.factorial(depth) // math.factorial(n) for n in range(1, depth + 1)
+        ]
+        draws = np.array(sorted({e + d for e in edges for d in (-1, 0)}), np.uint64)
+        first = first_fail_reciprocal(draws, depth)
+        for r, f in zip(draws.tolist(), first.tolist(), strict=True):
+            expected = next(
+                n
+                for n in range(1, depth + 2)
+                if n > depth or r >= math.factorial(depth) // math.factorial(n)
+            )
+            assert f == expected
+        return
+    draws = np.arange(math.factorial(depth), dtype=np.uint64)
+    first = first_fail_reciprocal(draws, depth)
+    total = Fraction(draws.size)
+    for n in range(1, depth + 1):
+        assert Fraction(int(np.sum(first > n))) / total == Fraction(
+            1, math.factorial(n)
+        )
+    assert first.min() == 2
+
+
+def _reference_laplace(words, t):
+    """Plain CKS 2020 Algorithms 1-2 on one lane's word iterator, Python ints."""
+
+    def uniform(n):
+        while True:
+            w = next(words)
+            if w >= 2**64 % n:
+                return w % n
+
+    def first_fail_c():
+        r = uniform(math.factorial(FACTORIAL_DEPTH))
+        for n in range(1, FACTORIAL_DEPTH + 1):
+            if r >= math.factorial(FACTORIAL_DEPTH) // math.factorial(n):
+                return n
+        k = FACTORIAL_DEPTH + 1
+        while uniform(k) == 0:
+            k += 1
+        return k
+
+    def bern_exp(u):
+        nc = first_fail_c()
+        first = nc
+        for k in range(1, nc):
+            if uniform(t) >= u:
+                first = k
+                break
+        return first % 2 == 1
+
+    while True:
+        u = uniform(t)
+        if not bern_exp(u):
+            continue
+        v = 0
+        while first_fail_c() % 2 == 1:
+            v += 1
+        x = u + t * v
+        negative = next(words) >> 63 == 1
+        if negative and x == 0:
+            continue
+        return -x if negative else x
+
+
+@pytest.mark.parametrize("t", [1, 2, 3, 7, 2**20 + 1])
+def test_vectorized_sampler_equals_the_scalar_reference(t):
+    # The lowest accepted of 4 proposal slots wins each round; replay that.
+    ids = np.arange(300)
+    got = discrete_laplace_steps(KEY, ids, 5, t, 1)[:, 0]
+    for i in range(ids.size):
+        slot_words = [
+            iter(KEY.words_at(ids[i : i + 1], 5, [s], count=400, stride=4)[0].tolist())
+            for s in range(4)
+        ]
+        assert got[i] == _reference_round_robin(slot_words, t)
+
+
+def _reference_round_robin(slot_words, t):
+    """Rounds of one proposal per slot; the lowest accepted slot finishes."""
+
+    def uniform(words, n):
+        while True:
+            w = next(words)
+            if w >= 2**64 % n:
+                return w % n
+
+    def first_fail_c(words):
+        depth = FACTORIAL_DEPTH
+        r = uniform(words, math.factorial(depth))
+        for n in range(1, depth + 1):
+            if r >= math.factorial(depth) // math.factorial(n):
+                return n
+        k = depth + 1
+        while uniform(words, k) == 0:
+            k += 1
+        return k
+
+    def bern_exp(words, u):
+        nc = first_fail_c(words)
+        first = nc
+        for k in range(1, nc):
+            if uniform(words, t) >= u:
+                first = k
+                break
+        return first % 2 == 1
+
+    while True:
+        proposals = []
+        for words in slot_words:
+            u = uniform(words, t)
+            proposals.append((u, bern_exp(words, u)))
+        winner = next((s for s, (_, ok) in enumerate(proposals) if ok), None)
+        if winner is None:
+            continue
+        words = slot_words[winner]
+        v = 0
+        while first_fail_c(words) % 2 == 1:
+            v += 1
+        x = proposals[winner][0] + t * v
+        negative = next(words) >> 63 == 1
+        if negative and x == 0:
+            continue
+        return -x if negative else x
+
+
+def test_reference_single_slot_matches_cks_law_for_tiny_scale():
+    # The plain reference itself reproduces P(m) ~ exp(-|m|/t) (sanity).
+    rng = np.random.default_rng(3)
+    words = iter(rng.integers(0, 2**64, size=400_000, dtype=np.uint64).tolist())
+    draws = [_reference_laplace(words, 2) for _ in range(10_000)]
+    r = math.exp(-1 / 2)
+    p0 = (1 - r) / (1 + r)
+    assert abs(np.mean(np.array(draws) == 0) - p0) < 5 * math.sqrt(p0 / 10_000)
+
+
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("eps", [0.5, 1.0, 4.0])
+def test_laplace_steps_follow_exp_minus_abs_m_over_t(eps, binary):
+    # Prepare: 400k draws; P(|m| in bin) and E|m| in closed form for r = e^(-1/t).
+    k = 2 if binary else 3
+    mech = make_mechanism("laplace", epsilon=eps, num_classes=k)
+    t = mech.scale_steps
+    n = 400_000 if binary else 150_000
+    width = 1 if binary else k
+    # Execute
+    m = discrete_laplace_steps(KEY, np.arange(n), 11, t, width).ravel()
+    # Assert: coarse bins |m| in [j t, (j+1) t) have mass ~ e^-j (1 - e^-1), the
+    # sign is fair and zero has its exact mass; chi-square p > 1e-4 (fixed seed).
+    r = math.exp(-1 / t)
+    p_zero = (1 - r) / (1 + r)
+    edges = [0, 1] + [j * t for j in range(1, 8)] + [np.inf]
+    observed = np.histogram(np.abs(m), bins=edges)[0]
+    tail = [2 * p_zero * r**a / (1 - r) for a in edges[1:-1]] + [0.0]
+    mass = np.array([p_zero] + [tail[j] - tail[j + 1] for j in range(len(tail) - 1)])
+    assert stats.chisquare(observed, mass * m.size).pvalue > 1e-4
+    expected_abs = 2 * r / (1 - r**2)
+    assert abs(np.abs(m).mean() - expected_abs) < 5 * expected_abs * 1.5 / math.sqrt(
+        m.size
+    )
+    assert abs(np.mean(m > 0) - np.mean(m < 0)) < 5 / math.sqrt(m.size)
+
+
+@pytest.mark.parametrize(
+    "eps", [1e-5, 0.1, 1 / 3, 0.5, 1.0, 7.3, 20.0, 2.0**-20, 1e6, math.pi]
+)
+@pytest.mark.parametrize("k", [2, 3])
+def test_integer_scale_never_exceeds_epsilon(eps, k):
+    if k > 2 and eps < 2.0**-19:
+        pytest.skip("below the multi-class minimum")
+    mech = make_mechanism("laplace", epsilon=eps, num_classes=k)
+    t = mech.scale_steps
+    sens = mech.sensitivity_steps
+    # Neighbouring ratio exp(sens / t) <= e^eps, checked in exact rationals...
+    assert Fraction(sens, t) <= Fraction(eps)
+    # ...and t is the smallest such integer, or one more (scale rounded up).
+    assert t <= math.ceil(Fraction(sens) / Fraction(eps)) + 1
+    assert sens / t <= eps
+
+
+def test_laplace_refuses_epsilon_below_the_sampler_minimum():
+    with pytest.raises(ConfigError, match=r"epsilon 1e-07 .* >= 9\.5367431640625e-07"):
+        make_mechanism("laplace", epsilon=1e-7)
+    with pytest.raises(ConfigError, match=r"1\.9073486328125e-06"):
+        make_mechanism("laplace", epsilon=1.5e-6, num_classes=4)
+    make_mechanism("laplace", epsilon=2.0**-20)
+
+
+def test_subset_of_ids_gives_subset_of_laplace_values():
+    mech = make_mechanism("laplace", epsilon=0.7, num_classes=4)
+    y = _labels(4, n=2000)
+    ids = np.arange(2000) * 13
+    full = draw_noisy_labels(mech, y, ids, KEY).coefficients
+    part = np.random.default_rng(1).choice(2000, 100, replace=False)
+    sub = draw_noisy_labels(mech, y[part], ids[part], KEY).coefficients
+    np.testing.assert_array_equal(sub, full[part])
 
 
 @settings(max_examples=50, deadline=None)

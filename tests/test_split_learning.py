@@ -161,19 +161,15 @@ def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
     assert second["history"][:2] == first["history"]
     # The OS key of the first run was restored from the label party's checkpoint.
     assert second["noise_key"]["fingerprint"] == first["noise_key"]["fingerprint"]
-    # Only epoch 3 was trained: ceil(456 / 64) = 8 batches, to each of 2 nodes.
+    # Only epoch 3 was trained: ceil(n_train / 64) batches, to each of 2 nodes.
     trained = sum(
         len(m.content.array_records[P.NEW_IDS].keys())
         for m in grid.sent_messages
         if m.metadata.message_type == P.MSG_TRAIN
     )
-    assert trained == 2 * -(-456 // 64)
-    assert (
-        torch.load(tmp_path / "checkpoints" / "label-party.pt", weights_only=False)[
-            "epoch"
-        ]
-        == 2
-    )
+    assert trained == 2 * -(-second["train_rows"] // 64)
+    checkpoint = tmp_path / "label-party" / "checkpoint.pt"
+    assert torch.load(checkpoint, weights_only=True)["epoch"] == 2
 
 
 def test_a_team_embeds_the_strategy_in_its_own_server_app_and_client_app():

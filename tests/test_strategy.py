@@ -5,7 +5,15 @@ import math
 import numpy as np
 import pytest
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, Metadata, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    Metadata,
+    MetricRecord,
+    RecordDict,
+)
 
 from tpsl_flwr import protocol as P
 from tpsl_flwr.errors import ConfigError, PrivacyError, ProtocolError
@@ -277,3 +285,40 @@ def test_poll_interval_must_be_positive_and_finite(bad):
         ConfigError, match=f"poll_interval must be > 0 and finite, got {bad}"
     ):
         make_strategy(poll_interval=bad)
+
+
+@pytest.mark.parametrize(
+    ("tamper", "match"),
+    [
+        (lambda c: c[P.CONFIG].__setitem__("loss", "0.31"), "config key 'loss'"),
+        (lambda c: c.__setitem__("debug", ConfigRecord({"y": 1})), "'debug'"),
+        (
+            lambda c: c[P.GRADS].__setitem__("labels-0", Array(np.zeros(8))),
+            "array 'labels-0'",
+        ),
+        (
+            lambda c: c.__setitem__("tpsl.stats", MetricRecord({"auc": 0.9})),
+            "metric record 'tpsl.stats'",
+        ),
+    ],
+)
+def test_a_message_off_the_allow_list_stops_the_run_before_it_leaves(
+    identity, monkeypatch, tamper, match
+):
+    # Prepare: a wire-format bug that adds something to every training message.
+    from tpsl_flwr.strategies import tpsl_strategy
+
+    honest_message = tpsl_strategy.step_message
+
+    def leaky(*args, **kwargs):
+        msg = honest_message(*args, **kwargs)
+        tamper(msg.content)
+        return msg
+
+    monkeypatch.setattr(tpsl_strategy, "step_message", leaky)
+    strategy = make_strategy()
+    grid = FakeGrid(honest)
+    # Execute / Assert: the run stops; only the hello messages were pushed.
+    with pytest.raises(PrivacyError, match=match):
+        strategy.start(grid=grid, timeout=5)
+    assert {m.metadata.message_type for m in grid.sent} == {P.MSG_HELLO}

@@ -32,6 +32,8 @@ LOGGER = logging.getLogger(__name__)
 KEY_BYTES = 32
 _BLOCK = np.dtype([("sample_id", "<u8"), ("stream", "<u4"), ("counter", "<u4")])
 _TWO_POW_MINUS_53 = 2.0**-53
+_MAX_WORDS = 2**33
+"""Words in one (key, id, stream) sequence: two per value of the uint32 counter."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,68 @@ class NoiseKey:
         cipher = encryptor.update(plain.tobytes()) + encryptor.finalize()
         words = np.frombuffer(cipher, dtype="<u8").reshape(ids.size, 2 * blocks_per_id)
         return words[:, :count].astype(np.uint64)
+
+    def words_at(
+        self,
+        sample_ids: object,
+        stream: int,
+        starts: object,
+        count: int = 1,
+        stride: int = 1,
+    ) -> np.ndarray:
+        """Return words at per-sample offsets of the same sequence as :meth:`words`.
+
+        Row ``i`` holds the words with indices ``starts[i] + stride * c``,
+        ``c = 0 .. count - 1``, of sample ``i``'s sequence: word ``n`` of a
+        sample is always ``words(ids, stream, n + 1)[:, n]``. Rejection
+        samplers use this to read a variable number of words per sample while
+        a sample's ``n``-th word stays a fixed function of (key, id, stream).
+
+        Parameters
+        ----------
+        sample_ids
+            1-D integer array of non-negative sample ids.
+        stream
+            Domain separator, as in :meth:`words`.
+        starts
+            Non-negative word index of the first word of each row, one per id.
+        count
+            Words per row (>= 1).
+        stride
+            Index step between a row's words (>= 1).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``uint64`` array of shape ``(len(sample_ids), count)``.
+
+        Raises
+        ------
+        ConfigError
+            For bad ids, stream, count or stride, starts of the wrong shape or
+            negative, or an index past the ``2^33`` words of a sample's
+            sequence (the 32-bit block counter).
+        """
+        ids = check_sample_ids(sample_ids)
+        if not 0 <= stream < 2**32:
+            raise ConfigError(f"stream must be a uint32, got {stream}")
+        if count < 1 or stride < 1:
+            raise ConfigError(f"count and stride must be >= 1, got {count}, {stride}")
+        first = np.asarray(starts, dtype=np.int64)
+        if first.shape != ids.shape or (first.size and first.min() < 0):
+            raise ConfigError(f"starts must be {ids.size} indices >= 0, got {starts}")
+        index = first[:, None] + stride * np.arange(count, dtype=np.int64)[None, :]
+        if index.size and index.max() >= _MAX_WORDS:
+            raise ConfigError(f"word index {index.max()} is past {_MAX_WORDS}")
+        plain = np.empty(index.shape, dtype=_BLOCK)
+        plain["sample_id"] = ids[:, None]
+        plain["stream"] = stream
+        plain["counter"] = index >> 1
+        encryptor = Cipher(algorithms.AES(self.key), modes.ECB()).encryptor()
+        cipher = encryptor.update(plain.tobytes()) + encryptor.finalize()
+        pairs = np.frombuffer(cipher, dtype="<u8").reshape(index.size, 2)
+        picked = pairs[np.arange(index.size), (index & 1).ravel()]
+        return picked.reshape(index.shape).astype(np.uint64)
 
     def uniforms(self, sample_ids: object, stream: int, count: int) -> np.ndarray:
         """Return uniforms on ``[0, 1)`` with 53 random bits, shape ``(n, count)``."""

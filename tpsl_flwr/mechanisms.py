@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import ClassVar
 
 from tpsl_flwr.errors import ConfigError
@@ -86,14 +87,47 @@ class LaplacePerturb(Mechanism):
 
     Binary: ``u ~ Lap(1/epsilon)``; multi-class: ``U_j ~ Lap(2/epsilon)`` iid.
     Both are ``(epsilon, 0)``-DP (Yang et al., Lemmas 3.2 and 4.3).
+
+    The sampler (:mod:`tpsl_flwr.noisy_labels`) draws the discrete Laplace
+    law on the grid ``2^-GRID_BITS Z`` with the integer scale
+    :attr:`scale_steps`; epsilons whose scale exceeds ``MAX_SCALE_STEPS``
+    grid steps are refused, so every accepted epsilon is sampled exactly.
     """
 
     name: ClassVar[str] = "laplace"
+    GRID_BITS: ClassVar[int] = 20
+    """The noise lives on the grid ``2^-GRID_BITS Z``."""
+    MAX_SCALE_STEPS: ClassVar[int] = 2**40
+    """Largest integer scale (in grid steps) the exact sampler handles."""
     eps: float = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "eps", check_epsilon(self.eps))
+        if self.scale_steps > self.MAX_SCALE_STEPS:
+            smallest = self.sensitivity_steps / self.MAX_SCALE_STEPS
+            raise ConfigError(
+                f"epsilon {self.eps} is too small for the exact Laplace sampler: "
+                f"it needs epsilon >= {smallest!r} (a scale of at most 2^40 "
+                "grid steps)"
+            )
+
+    @property
+    def sensitivity_steps(self) -> int:
+        """The label shift in grid steps: ``2^20`` binary, ``2^21`` (l1) else."""
+        return (1 if self.is_binary else 2) << self.GRID_BITS
+
+    @property
+    def scale_steps(self) -> int:
+        """The sampler's integer scale ``t = ceil(scale * 2^GRID_BITS)``.
+
+        Computed exactly (:class:`fractions.Fraction` holds a float exactly)
+        from :attr:`scale`, which is never below ``sensitivity / epsilon``, so
+        ``t >= sensitivity_steps / epsilon``, i.e. ``exp(sensitivity_steps /
+        t) <= e^epsilon``: rounding up only adds noise (in practice ``t`` is
+        ``ceil(sensitivity_steps / epsilon)``, at most one step more).
+        """
+        return math.ceil(Fraction(self.scale) * (1 << self.GRID_BITS))
 
     @property
     def epsilon(self) -> float:
@@ -102,8 +136,16 @@ class LaplacePerturb(Mechanism):
 
     @property
     def scale(self) -> float:
-        """The Laplace scale ``b``: ``1/epsilon`` binary, ``2/epsilon`` multi-class."""
-        return (1.0 if self.is_binary else 2.0) / self.eps
+        """The Laplace scale ``b``: ``1/epsilon`` binary, ``2/epsilon`` multi-class.
+
+        Rounded up to the next double when ``sensitivity / epsilon`` is not one,
+        so ``b >= sensitivity / epsilon`` holds exactly.
+        """
+        exact = Fraction(int(self.l1_sensitivity)) / Fraction(self.eps)
+        nearest = float(exact)
+        return (
+            nearest if Fraction(nearest) >= exact else math.nextafter(nearest, math.inf)
+        )
 
     @property
     def l1_sensitivity(self) -> float:

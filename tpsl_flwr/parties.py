@@ -234,22 +234,25 @@ class LabelParty:
         return torch.softmax(logits, dim=1).numpy()
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume (kept by the label party only)."""
+        """Everything needed to resume but the key, which is named by fingerprint.
+
+        The key itself is kept apart, in the label party's key file
+        (:class:`~tpsl_flwr.label_store.LabelStore`).
+        """
         return {
             "top": self.top.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "steps": self.steps,
-            "key": self.key.to_hex(),
-            "key_secure": self.key.secure,
+            "key_fingerprint": self.key.fingerprint,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; the key must be the same one."""
-        saved = NoiseKey.from_hex(state["key"], secure=state["key_secure"])
-        if saved.key != self.key.key:
+        """Restore :meth:`state_dict`; it must have been saved under this key."""
+        if state.get("key_fingerprint") != self.key.fingerprint:
             raise ConfigError(
                 "the checkpoint was written with another noise key "
-                f"(fingerprint {saved.fingerprint}, this run {self.key.fingerprint})"
+                f"(fingerprint {state.get('key_fingerprint')}, this run "
+                f"{self.key.fingerprint})"
             )
         self.top.load_state_dict(state["top"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -10,7 +10,9 @@ configuration.
 
 from __future__ import annotations
 
-from tpsl_flwr.errors import ProtocolError
+from typing import Any
+
+from tpsl_flwr.errors import PrivacyError, ProtocolError
 
 # Message types (Flower routes "query.hello" to @app.query("hello")).
 MSG_HELLO = "query.hello"
@@ -52,6 +54,49 @@ ALLOWED_ARRAY_KEY_PREFIXES: dict[str, tuple[str, ...]] = {
     GRADS: ("ids-", "grad-"),
 }
 """The only array records (and key prefixes) a non-label party may receive."""
+
+
+def check_outgoing(content: Any) -> None:
+    """Raise unless a message's content is on the allow-list; run before sending.
+
+    ``content`` is a Flower ``RecordDict`` (read through its public
+    ``config_records``, ``array_records`` and ``metric_records`` views, so this
+    module needs no Flower import). Only :data:`CONFIG` with
+    :data:`ALLOWED_CONFIG_KEYS` and plain values, and the array records of
+    :data:`ALLOWED_ARRAY_KEY_PREFIXES` may leave the label party.
+
+    Raises
+    ------
+    PrivacyError
+        Naming the record or key that is not allowed; the message must not be
+        sent (fail closed).
+    """
+    for name in content.metric_records:
+        raise PrivacyError(f"metric record {name!r} may not leave the label party")
+    for name, record in content.config_records.items():
+        if name != CONFIG:
+            raise PrivacyError(f"config record {name!r} may not leave the label party")
+        for key, value in record.items():
+            if key not in ALLOWED_CONFIG_KEYS:
+                raise PrivacyError(
+                    f"config key {key!r} of {CONFIG!r} may not leave the label party; "
+                    f"allowed: {sorted(ALLOWED_CONFIG_KEYS)}"
+                )
+            if not isinstance(value, int | str):
+                raise PrivacyError(
+                    f"config key {key!r} holds a {type(value).__name__}; only ints "
+                    "and strings may leave the label party"
+                )
+    for name, record in content.array_records.items():
+        prefixes = ALLOWED_ARRAY_KEY_PREFIXES.get(name)
+        if prefixes is None:
+            raise PrivacyError(f"array record {name!r} may not leave the label party")
+        for key in record:
+            if not key.startswith(prefixes):
+                raise PrivacyError(
+                    f"array {key!r} of {name!r} may not leave the label party; "
+                    f"allowed prefixes: {list(prefixes)}"
+                )
 
 
 def batch_key(j: int) -> str:

@@ -1,8 +1,14 @@
 """Data layer: labelled tables, vertical partitions, built-in datasets.
 
-Core module: numpy and scikit-learn only (no torch, no flwr). The label party
-holds a :class:`TabularData` (features and labels); each non-label party receives
-only a :class:`PartyFeatures` slice chosen by :func:`partition_columns`.
+Core module: numpy only (no torch, no flwr). The label party holds a
+:class:`TabularData` (features and labels); each non-label party holds only a
+:class:`PartyFeatures` slice of the columns :func:`partition_columns` gives it.
+
+In a deployment each process loads only what it may hold: a non-label node calls
+:func:`load_party_view` (its columns, record ids, never a label), the label party
+:func:`load_label_view` (labels and record ids). Train/test membership is a
+function of the record id alone, so both sides agree on the ids without any
+label leaving the label party.
 
 Criteo and Avazu files are read by :func:`load_criteo` and :func:`load_avazu`
 (pyarrow, imported on first use); :func:`write_criteo` and :func:`write_avazu`
@@ -23,15 +29,24 @@ from tpsl_flwr.data.builtin import (
 )
 from tpsl_flwr.data.ctr_generator import GeneratedFile, write_avazu, write_criteo
 from tpsl_flwr.data.ctr_hashing import DEFAULT_HASH_BUCKETS, hash_tokens
+from tpsl_flwr.data.membership import hash_is_test, hash_uniform
 from tpsl_flwr.data.partition import PartyColumns, partition_columns, party_features
-from tpsl_flwr.data.preprocess import (
-    binary_auc,
-    make_split,
-    standardize,
-    stratified_split,
+from tpsl_flwr.data.preprocess import binary_auc, make_split, standardize
+from tpsl_flwr.data.spec import DataSpec, dataset_columns
+from tpsl_flwr.data.synthetic import (
+    SyntheticCTR,
+    SyntheticFeatures,
+    make_synthetic_ctr,
+    make_synthetic_features,
 )
-from tpsl_flwr.data.synthetic import SyntheticCTR, make_synthetic_ctr
 from tpsl_flwr.data.tabular import DatasetSplit, PartyFeatures, TabularData
+from tpsl_flwr.data.views import (
+    LabelView,
+    PartyView,
+    id_space_fingerprint,
+    load_label_view,
+    load_party_view,
+)
 
 if TYPE_CHECKING:
     from tpsl_flwr.data.avazu import load_avazu
@@ -43,23 +58,33 @@ __all__ = [
     "DEFAULT_DATASET",
     "DEFAULT_HASH_BUCKETS",
     "FILE_DATASETS",
+    "DataSpec",
     "DatasetSplit",
     "GeneratedFile",
+    "LabelView",
     "PartyColumns",
     "PartyFeatures",
+    "PartyView",
     "SyntheticCTR",
+    "SyntheticFeatures",
     "TabularData",
     "binary_auc",
+    "dataset_columns",
+    "hash_is_test",
     "hash_tokens",
+    "hash_uniform",
+    "id_space_fingerprint",
     "load_avazu",
     "load_criteo",
     "load_dataset",
+    "load_label_view",
+    "load_party_view",
     "make_split",
     "make_synthetic_ctr",
+    "make_synthetic_features",
     "partition_columns",
     "party_features",
     "standardize",
-    "stratified_split",
     "write_avazu",
     "write_criteo",
 ]

@@ -48,8 +48,9 @@ def load_avazu(
     test_fraction : float
         Fraction held out by the random split, in ``(0, 1)``.
     split : {"random", "time"}
-        ``"random"``: seeded, stratified. ``"time"``: the last ``test_days``
-        calendar days of ``hour`` are test, the earlier days train.
+        ``"random"``: data row ``i`` is test iff a hash of ``(i, seed)`` falls
+        below ``test_fraction`` (never label-based). ``"time"``: the last
+        ``test_days`` calendar days of ``hour`` are test, the earlier days train.
     test_days : int
         Days held out by the time split (>= 1).
     hash_buckets : int or mapping of str to int

@@ -1,20 +1,27 @@
 """Datasets by name: synthetic CTR, two scikit-learn tables, Criteo and Avazu files.
 
 Every loader returns a :class:`~tpsl_flwr.data.tabular.DatasetSplit` made the same
-way: optional seeded row subsample, seeded stratified train/test split, numeric
-columns standardized with train statistics. Nothing is downloaded: ``"criteo"`` and
-``"avazu"`` read a file the user names with ``data_path`` (see
+way: optional seeded row subsample, a train/test membership that is a function of
+the record id (the row number in the source) alone, rows in increasing record-id
+order, numeric columns standardized with train statistics. Nothing is downloaded:
+``"criteo"`` and ``"avazu"`` read a file the user names with ``data_path`` (see
 :func:`~tpsl_flwr.data.criteo.load_criteo` and
 :func:`~tpsl_flwr.data.avazu.load_avazu`).
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 
+from tpsl_flwr.data.bundled import (
+    bundled_columns,
+    bundled_features,
+    bundled_labels,
+    bundled_rows,
+)
+from tpsl_flwr.data.membership import hash_is_test
 from tpsl_flwr.data.preprocess import make_split
 from tpsl_flwr.data.synthetic import make_synthetic_ctr
 from tpsl_flwr.data.tabular import DatasetSplit
@@ -72,9 +79,9 @@ def load_dataset(
         replacement (sklearn datasets; default all, at most all), or to read from
         the start of the file (criteo, avazu; default all).
     seed : int
-        Seed of the generation, the subsample and the split.
+        Seed of the generation, the subsample and the random split.
     test_fraction : float
-        Fraction of each class held out for test, in ``(0, 1)``.
+        Probability of a record being held out for test, in ``(0, 1)``.
     positive_rate : float, optional
         Target positive rate of ``synthetic-ctr`` (default 0.1); not accepted for
         the other datasets.
@@ -87,17 +94,24 @@ def load_dataset(
     cache_dir : str or Path, optional
         Cache of the encoded file (default ``.tpsl-cache`` beside it).
     split : {"random", "time"}
-        ``"random"`` (every dataset): seeded, stratified. ``"time"`` (criteo,
-        avazu only): the last rows in file order (criteo) or the last day of
-        ``hour`` (avazu) are test.
+        ``"random"`` (every dataset): record ``i`` is test iff a hash of
+        ``(i, seed)`` falls below ``test_fraction``
+        (:func:`~tpsl_flwr.data.membership.hash_is_test`); labels are never
+        looked at, since a label-dependent (e.g. stratified) membership would
+        reveal labels to every party that sees it. ``"time"`` (criteo, avazu
+        only): the last rows in file order (criteo) or the last day of ``hour``
+        (avazu) are test.
 
     Returns
     -------
     DatasetSplit
-        ``info`` holds ``rows``, ``train_rows``, ``test_rows``, ``num_classes``,
-        ``num_numeric``, ``num_categorical``, ``seed``, ``positive_rate`` (binary),
-        and for ``synthetic-ctr`` also ``bayes_test_auc`` (test AUC of the true
-        probability), ``target_positive_rate`` and ``intercept``.
+        Train and test rows in increasing record-id order; ``train_ids`` and
+        ``test_ids`` hold the record ids (row numbers in the source, or in the
+        full bundled table before the ``rows`` subsample). ``info`` holds
+        ``rows``, ``train_rows``, ``test_rows``, ``num_classes``,
+        ``num_numeric``, ``num_categorical``, ``seed``, ``positive_rate``
+        (binary), and for ``synthetic-ctr`` also ``bayes_test_auc`` (test AUC of
+        the true probability), ``target_positive_rate`` and ``intercept``.
 
     Raises
     ------
@@ -145,18 +159,15 @@ def load_dataset(
             f"split={split!r} applies only to {list(FILE_DATASETS)}; {name!r} "
             f"takes split='random'"
         )
-    split_rng, data_rng = (
-        np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(2)
-    )
     if name == "synthetic-ctr":
-        out = _synthetic(rows, data_rng, split_rng, test_fraction, positive_rate)
+        out = _synthetic(rows, int(seed), test_fraction, positive_rate)
     else:
         if positive_rate is not None:
             raise ConfigError(
                 f"positive_rate applies only to 'synthetic-ctr', got "
                 f"positive_rate={positive_rate!r} for {name!r}"
             )
-        out = _bundled(name, rows, data_rng, split_rng, test_fraction)
+        out = _bundled(name, rows, int(seed), test_fraction)
     out.info["seed"] = int(seed)
     return out
 
@@ -204,19 +215,34 @@ def _from_file(
     )
 
 
+def synthetic_data_rng(seed: int) -> np.random.Generator:
+    """The generator of the synthetic table for ``seed`` (its second stream).
+
+    Parameters
+    ----------
+    seed : int
+        The dataset seed.
+
+    Returns
+    -------
+    np.random.Generator
+        Fresh, so features-only and full generation draw the same numbers.
+    """
+    return np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(2)[1])
+
+
 def _synthetic(
     rows: int | None,
-    data_rng: np.random.Generator,
-    split_rng: np.random.Generator,
+    seed: int,
     test_fraction: float,
     positive_rate: float | None,
 ) -> DatasetSplit:
     """Generate, split and describe the synthetic CTR table."""
     target = SYNTHETIC_DEFAULT_POSITIVE_RATE if positive_rate is None else positive_rate
+    n = SYNTHETIC_DEFAULT_ROWS if rows is None else int(rows)
+    is_test = hash_is_test(np.arange(n), seed=seed, test_fraction=test_fraction)
     raw = make_synthetic_ctr(
-        rows=SYNTHETIC_DEFAULT_ROWS if rows is None else int(rows),
-        positive_rate=target,
-        seed=data_rng,
+        rows=n, positive_rate=target, seed=synthetic_data_rng(seed)
     )
     split = make_split(
         "synthetic-ctr",
@@ -227,8 +253,9 @@ def _synthetic(
         2,
         raw.numeric_names,
         raw.categorical_names,
-        test_fraction,
-        split_rng,
+        record_ids=np.arange(n, dtype=np.int64),
+        is_test=is_test,
+        test_fraction=test_fraction,
         bayes_scores=raw.logits,
     )
     split.info["target_positive_rate"] = float(target)
@@ -237,40 +264,23 @@ def _synthetic(
 
 
 def _bundled(
-    name: str,
-    rows: int | None,
-    data_rng: np.random.Generator,
-    split_rng: np.random.Generator,
-    test_fraction: float,
+    name: str, rows: int | None, seed: int, test_fraction: float
 ) -> DatasetSplit:
-    """Load a scikit-learn bundled table, subsample, split."""
-    # Imported here: sklearn.datasets costs about a second to import, and parties
-    # that only use synthetic data should not pay it.
-    from sklearn.datasets import load_breast_cancer, load_digits
-
-    bunch = load_breast_cancer() if name == "breast-cancer" else load_digits()
-    x = np.asarray(bunch.data, dtype=np.float64)
-    y = np.asarray(bunch.target, dtype=np.int64)
-    if rows is not None:
-        if rows > y.shape[0]:
-            raise ConfigError(f"rows={rows} exceeds the {y.shape[0]} rows of {name!r}")
-        keep = np.sort(data_rng.permutation(y.shape[0])[:rows])
-        x, y = x[keep], y[keep]
-    names = tuple(_snake(str(f)) for f in bunch.feature_names)
+    """Read a scikit-learn bundled table, subsample, split."""
+    ids = bundled_rows(name, rows, seed)
+    is_test = hash_is_test(ids, seed=seed, test_fraction=test_fraction)
+    x = bundled_features(name, ids)
+    y, num_classes = bundled_labels(name, ids)
     return make_split(
         name,
         x,
         np.empty((y.shape[0], 0), dtype=np.int64),
         (),
         y,
-        len(bunch.target_names),
-        names,
+        num_classes,
+        bundled_columns(name),
         (),
-        test_fraction,
-        split_rng,
+        record_ids=ids,
+        is_test=is_test,
+        test_fraction=test_fraction,
     )
-
-
-def _snake(name: str) -> str:
-    """``"mean radius"`` -> ``"mean_radius"``."""
-    return re.sub(r"\W+", "_", name.strip()).lower()

@@ -89,8 +89,10 @@ def load_criteo(
     test_fraction : float
         Fraction held out for test, in ``(0, 1)``.
     split : {"random", "time"}
-        ``"random"``: seeded, stratified. ``"time"``: the last ``test_fraction``
-        of the rows in file order (Criteo's files are in time order).
+        ``"random"``: data row ``i`` is test iff a hash of ``(i, seed)`` falls
+        below ``test_fraction`` (never label-based). ``"time"``: the last
+        ``test_fraction`` of the rows in file order (Criteo's files are in time
+        order).
     hash_buckets : int or mapping of str to int
         Codes per categorical column (code 0 = missing), one number for all or by
         column name.

@@ -31,7 +31,7 @@ import numpy as np
 
 __all__ = ["CacheEntry", "NpyAppender", "cache_key", "open_entry"]
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 """Bump when the encoding changes: older entries are then ignored."""
 _HEADER_BYTES = 128
 _MAGIC = b"\x93NUMPY\x01\x00"

@@ -47,7 +47,6 @@ from tpsl_flwr.errors import ConfigError
 __all__ = ["EncodedFile", "encode_file"]
 
 LOG = logging.getLogger(__name__)
-_ARRAYS = ("numeric", "categorical", "labels", "hours")
 
 
 @dataclass(frozen=True)
@@ -60,22 +59,23 @@ class EncodedFile:
         ``(n, n_num)`` float32 transformed counts, not yet standardized.
     categorical : np.ndarray
         ``(n, n_cat)`` int32 codes.
-    labels : np.ndarray
-        ``(n,)`` int8 labels.
+    labels : np.ndarray or None
+        ``(n,)`` int8 labels; None when the label column was not read.
     hours : np.ndarray or None
-        ``(n,)`` int32 ``YYMMDDHH`` of a format with a time column.
+        ``(n,)`` int32 ``YYMMDDHH`` when the time column was read.
     numeric_names, categorical_names : tuple of str
         Column names.
     cardinalities : tuple of int
         Codes per categorical column.
     meta : dict
-        ``rows``, ``rows_read``, ``rows_skipped``, ``positives``, ``source``,
-        ``format``, ``cache_hit``, ``cache_path`` (``""`` without a cache).
+        ``rows``, ``rows_read``, ``rows_skipped``, ``positives`` (with labels),
+        ``source``, ``format``, ``cache_hit``, ``cache_path`` (``""`` without a
+        cache).
     """
 
     numeric: np.ndarray
     categorical: np.ndarray
-    labels: np.ndarray
+    labels: np.ndarray | None
     hours: np.ndarray | None
     numeric_names: tuple[str, ...]
     categorical_names: tuple[str, ...]
@@ -100,6 +100,16 @@ class EncodeOptions:
     missing_indicators : bool
         Add a 0/1 numeric column ``<name>_missing`` after the counts for every
         count column (a missing count and a zero count are otherwise both 0).
+    columns : tuple of str or None
+        Feature columns to encode, by output name (the time column's hour of day
+        is the feature named after it); None encodes every feature column. Only
+        these columns are read from the file.
+    labels : bool
+        Read and encode the label column. A non-label party's encoding leaves it
+        out: the label column is then never converted or parsed.
+    hours : bool
+        Read the time column (of a format with one) for the time split, even
+        when its hour of day is not among ``columns``.
     """
 
     buckets: dict[str, int]
@@ -107,16 +117,50 @@ class EncodeOptions:
     hash_seed: int = 0
     on_bad_rows: str = "error"
     missing_indicators: bool = False
+    columns: tuple[str, ...] | None = None
+    labels: bool = True
+    hours: bool = True
+
+    def numeric(self, fmt: CTRFormat) -> tuple[str, ...]:
+        """The count columns encoded, in file order."""
+        return tuple(c for c in fmt.numeric if self._wants(c))
+
+    def categorical(self, fmt: CTRFormat) -> tuple[str, ...]:
+        """The hashed columns encoded, in file order."""
+        return tuple(c for c in fmt.categorical if self._wants(c))
+
+    def time_feature(self, fmt: CTRFormat) -> bool:
+        """Whether the hour of day is an encoded feature."""
+        return fmt.time is not None and self._wants(fmt.time)
+
+    def reads_time(self, fmt: CTRFormat) -> bool:
+        """Whether the time column is read (feature or time split)."""
+        return fmt.time is not None and (self.hours or self.time_feature(fmt))
+
+    def file_columns(self, fmt: CTRFormat) -> set[str]:
+        """The file columns the reader converts."""
+        cols = {*self.numeric(fmt), *self.categorical(fmt)}
+        if fmt.time is not None and self.reads_time(fmt):
+            cols.add(fmt.time)
+        if self.labels:
+            cols.add(fmt.label)
+        return cols
+
+    def _wants(self, name: str) -> bool:
+        return self.columns is None or name in self.columns
 
     def key(self, fmt: CTRFormat) -> dict[str, Any]:
         """JSON-serialisable parameters for the cache key."""
         return {
             "format": fmt.name,
-            "buckets": [self.buckets[c] for c in fmt.categorical],
+            "buckets": [self.buckets[c] for c in self.categorical(fmt)],
             "rows": self.rows,
             "hash_seed": self.hash_seed,
             "on_bad_rows": self.on_bad_rows,
             "missing_indicators": self.missing_indicators,
+            "columns": None if self.columns is None else sorted(self.columns),
+            "labels": self.labels,
+            "hours": self.reads_time(fmt),
         }
 
 
@@ -154,7 +198,9 @@ def encode_file(
         If the file is malformed (the message names the line and column), has no
         data row, or has no positive label.
     """
-    names = tuple(n for n in _ARRAYS if (n != "hours" or fmt.time))
+    names: tuple[str, ...] = ("numeric", "categorical")
+    names += ("labels",) if opts.labels else ()
+    names += ("hours",) if opts.reads_time(fmt) else ()
     folder = None
     if cache:
         base = cache_dir if cache_dir is not None else path.parent / ".tpsl-cache"
@@ -194,19 +240,19 @@ def _result(
     meta: dict[str, Any],
 ) -> EncodedFile:
     """Bundle mapped arrays into an :class:`EncodedFile`."""
-    numeric_names = fmt.numeric
+    numeric_names = opts.numeric(fmt)
     if opts.missing_indicators:
-        numeric_names += tuple(f"{c}_missing" for c in fmt.numeric)
-    time = (fmt.time,) if fmt.time else ()
+        numeric_names += tuple(f"{c}_missing" for c in numeric_names)
+    time = (fmt.time,) if fmt.time is not None and opts.time_feature(fmt) else ()
+    hashed = opts.categorical(fmt)
     return EncodedFile(
         numeric=arrays["numeric"],
         categorical=arrays["categorical"],
-        labels=arrays["labels"],
+        labels=arrays.get("labels"),
         hours=arrays.get("hours"),
         numeric_names=numeric_names,
-        categorical_names=time + fmt.categorical,
-        cardinalities=((24,) if time else ())
-        + tuple(opts.buckets[c] for c in fmt.categorical),
+        categorical_names=time + hashed,
+        cardinalities=((24,) if time else ()) + tuple(opts.buckets[c] for c in hashed),
         meta=meta,
     )
 
@@ -215,18 +261,19 @@ def _encode_into(
     entry: CacheEntry, path: Path, fmt: CTRFormat, opts: EncodeOptions
 ) -> dict[str, Any]:
     """Stream ``path`` through the encoder into the entry's ``.npy`` files."""
-    n_num = len(fmt.numeric) * (2 if opts.missing_indicators else 1)
-    n_cat = len(fmt.categorical) + (1 if fmt.time else 0)
+    n_num = len(opts.numeric(fmt)) * (2 if opts.missing_indicators else 1)
+    n_cat = len(opts.categorical(fmt)) + (1 if opts.time_feature(fmt) else 0)
     rows, on_bad_rows = opts.rows, opts.on_bad_rows
     sinks = {
         "numeric": entry.appender("numeric", np.float32, n_num),
         "categorical": entry.appender("categorical", np.int32, n_cat),
-        "labels": entry.appender("labels", np.int8, None),
     }
-    if fmt.time:
+    if opts.labels:
+        sinks["labels"] = entry.appender("labels", np.int8, None)
+    if opts.reads_time(fmt):
         sinks["hours"] = entry.appender("hours", np.int32, None)
     kept = skipped = positives = 0
-    reader = Reader(path, fmt)
+    reader = Reader(path, fmt, opts.file_columns(fmt))
     last = None if rows is None else fmt.line_offset + rows
     try:
         for batch in reader.batches():
@@ -236,14 +283,15 @@ def _encode_into(
             if bad.any():
                 skipped += int(bad.sum())
                 chunk = {k: v[~bad] for k, v in chunk.items()}
-            n = chunk["labels"].shape[0]
+            n = chunk["numeric"].shape[0]
             if rows is not None and kept + n > rows:
                 n = rows - kept
                 chunk = {k: v[:n] for k, v in chunk.items()}
             for name, sink in sinks.items():
                 sink.append(chunk[name])
             kept += n
-            positives += int(chunk["labels"].sum())
+            if opts.labels:
+                positives += int(chunk["labels"].sum())
             if rows is not None and kept >= rows:
                 break
         else:
@@ -259,6 +307,9 @@ def _encode_into(
         )
     if kept == 0:
         raise ConfigError(f"{path}: no data rows")
+    meta = {"rows": kept, "rows_read": kept + skipped, "rows_skipped": skipped}
+    if not opts.labels:
+        return meta
     if positives == 0:
         raise ConfigError(
             f"{path}: no positive labels in {kept} rows (column {fmt.label!r}); "
@@ -266,12 +317,8 @@ def _encode_into(
         )
     if positives == kept:
         raise ConfigError(f"{path}: every one of the {kept} rows is positive")
-    return {
-        "rows": kept,
-        "rows_read": kept + skipped,
-        "rows_skipped": skipped,
-        "positives": positives,
-    }
+    meta["positives"] = positives
+    return meta
 
 
 def _encode_batch(
@@ -287,13 +334,17 @@ def _encode_batch(
             problems.append((i, fmt.columns.index(name), name, f"{f.text(i)!r} {what}"))
 
     bad = np.zeros(n, dtype=bool)
-    f = field_of(batch.column(fmt.label))
-    labels, bad_label = parse_labels(f)
-    flag(fmt.label, bad_label, f, "is not 0 or 1")
-    bad |= bad_label
-    n_num = len(fmt.numeric)
+    chunk: dict[str, np.ndarray] = {}
+    if opts.labels:
+        f = field_of(batch.column(fmt.label))
+        labels, bad_label = parse_labels(f)
+        flag(fmt.label, bad_label, f, "is not 0 or 1")
+        bad |= bad_label
+        chunk["labels"] = labels
+    counts = opts.numeric(fmt)
+    n_num = len(counts)
     numeric = np.empty((n, n_num * (2 if opts.missing_indicators else 1)), np.float32)
-    for j, name in enumerate(fmt.numeric):
+    for j, name in enumerate(counts):
         f = field_of(batch.column(name))
         values, missing, bad_j = parse_ints(f)
         flag(name, bad_j, f, "is not an integer")
@@ -301,19 +352,20 @@ def _encode_batch(
         numeric[:, j] = count_transform(values, missing)
         if opts.missing_indicators:
             numeric[:, n_num + j] = missing
-    width = len(fmt.categorical) + (1 if fmt.time else 0)
-    categorical = np.empty((n, width), dtype=np.int32)
-    chunk = {"labels": labels, "numeric": numeric, "categorical": categorical}
-    first = 0
-    if fmt.time:
+    hashed = opts.categorical(fmt)
+    first = 1 if opts.time_feature(fmt) else 0
+    categorical = np.empty((n, len(hashed) + first), dtype=np.int32)
+    chunk["numeric"] = numeric
+    chunk["categorical"] = categorical
+    if fmt.time is not None and opts.reads_time(fmt):
         f = field_of(batch.column(fmt.time))
         hours, bad_h = parse_hours(f)
         flag(fmt.time, bad_h, f, "is not an hour YYMMDDHH")
         bad |= bad_h
-        categorical[:, 0] = hours % 100
+        if first:
+            categorical[:, 0] = hours % 100
         chunk["hours"] = hours
-        first = 1
-    for j, name in enumerate(fmt.categorical):
+    for j, name in enumerate(hashed):
         f = field_of(batch.column(name))
         categorical[:, first + j] = hash_buckets_of(
             f.data, f.offsets, name, opts.buckets[name], opts.hash_seed

@@ -5,10 +5,11 @@ Shared by :func:`~tpsl_flwr.data.criteo.load_criteo` and
 encoding (or the cache), then the split. Numeric columns are standardized with the
 *train* mean and standard deviation, as for every dataset of the project.
 
-Splits:
+Splits (a function of the record id, or of time, never of a label):
 
-* ``"random"``: seeded and stratified (each class sends ``test_fraction`` of its
-  rows to test), the same split as the other datasets.
+* ``"random"``: record ``i`` (the ``i``-th data row kept) is test with
+  probability ``test_fraction``, by a hash of ``(i, seed)``
+  (:func:`~tpsl_flwr.data.membership.hash_is_test`), as for every dataset.
 * ``"time"``: with a time column (Avazu's ``hour``), the last ``test_days``
   calendar days are test; without one (Criteo, whose files are in time order), the
   last ``test_fraction`` of the rows in file order.
@@ -26,11 +27,25 @@ from tpsl_flwr.data.ctr_files import EncodedFile, EncodeOptions, encode_file
 from tpsl_flwr.data.ctr_formats import CTRFormat
 from tpsl_flwr.data.ctr_hashing import DEFAULT_HASH_BUCKETS
 from tpsl_flwr.data.ctr_reader import first_line
-from tpsl_flwr.data.preprocess import standardize, stratified_split
+from tpsl_flwr.data.membership import (
+    hash_is_test,
+    last_days_is_test,
+    split_positions,
+    tail_is_test,
+)
+from tpsl_flwr.data.preprocess import standardize
 from tpsl_flwr.data.tabular import DatasetSplit, TabularData
 from tpsl_flwr.errors import ConfigError
 
-__all__ = ["SPLITS", "check_path", "load_ctr", "resolve_buckets"]
+__all__ = [
+    "SPLITS",
+    "check_args",
+    "check_header",
+    "check_path",
+    "ctr_is_test",
+    "load_ctr",
+    "resolve_buckets",
+]
 
 SPLITS = ("random", "time")
 """Accepted values of ``split``."""
@@ -115,10 +130,10 @@ def load_ctr(
         column), or a split that leaves train or test empty.
     """
     p = check_path(path)
-    _check_args(rows, seed, test_fraction, split, test_days, hash_seed, on_bad_rows)
+    check_args(rows, seed, test_fraction, split, test_days, hash_seed, on_bad_rows)
     buckets = resolve_buckets(hash_buckets, fmt.categorical)
     if fmt.header:
-        _check_header(p, fmt)
+        check_header(p, fmt)
     if not isinstance(missing_indicators, bool):
         raise ConfigError(
             f"missing_indicators must be a bool, got {missing_indicators!r}"
@@ -137,18 +152,19 @@ def load_ctr(
         cache=bool(cache),
         cache_dir=None if cache_dir is None else Path(cache_dir),
     )
-    if split == "time":
-        train_idx, test_idx = _time_split(enc, test_fraction, test_days, p)
-    else:
-        rng = np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(1)[0])
-        train_idx, test_idx = stratified_split(
-            np.asarray(enc.labels), test_fraction, rng
-        )
-    if train_idx.size == 0 or test_idx.size == 0:
-        raise ConfigError(
-            f"{enc.meta['rows']} rows are too few to split ({split}): train "
-            f"{train_idx.size}, test {test_idx.size}"
-        )
+    # Record ids: positions among the rows kept (the file's data row numbers
+    # unless on_bad_rows="skip" dropped rows).
+    n = int(enc.meta["rows"])
+    is_test = ctr_is_test(
+        n,
+        enc.hours,
+        split=split,
+        seed=int(seed),
+        test_fraction=test_fraction,
+        test_days=test_days,
+        source=str(p),
+    )
+    train_idx, test_idx = split_positions(is_test, split, test_fraction)
     data = _tables(enc, train_idx, test_idx)
     info: dict[str, Any] = {
         "rows": int(enc.meta["rows"]),
@@ -169,7 +185,14 @@ def load_ctr(
         "cache_hit": bool(enc.meta["cache_hit"]),
         "cache_path": enc.meta["cache_path"],
     }
-    return DatasetSplit(train=data[0], test=data[1], name=fmt.name, info=info)
+    return DatasetSplit(
+        train=data[0],
+        test=data[1],
+        name=fmt.name,
+        info=info,
+        train_ids=train_idx.astype(np.int64),
+        test_ids=test_idx.astype(np.int64),
+    )
 
 
 def _tables(
@@ -179,6 +202,7 @@ def _tables(
     num_train, num_test, _, _ = standardize(
         np.asarray(enc.numeric[train_idx]), np.asarray(enc.numeric[test_idx])
     )
+    assert enc.labels is not None
     out = []
     for num, idx in ((num_train, train_idx), (num_test, test_idx)):
         out.append(
@@ -195,24 +219,47 @@ def _tables(
     return out[0], out[1]
 
 
-def _time_split(
-    enc: EncodedFile, test_fraction: float, test_days: int, path: Path
-) -> tuple[np.ndarray, np.ndarray]:
-    """Last days (with a time column) or last rows (file order) as test."""
-    n = enc.labels.shape[0]
-    if enc.hours is None:
-        n_test = min(max(round(test_fraction * n), 1), n - 1)
-        return np.arange(n - n_test), np.arange(n - n_test, n)
-    days = np.asarray(enc.hours) // 100
-    unique = np.unique(days)
-    if unique.size <= test_days:
-        raise ConfigError(
-            f"{path}: the time split holds out the last {test_days} day(s), but the "
-            f"rows read cover {unique.size} day(s) ({unique[0]}..{unique[-1]}, "
-            f"YYMMDD); read more rows or use split='random'"
-        )
-    is_test = days >= unique[-test_days]
-    return np.flatnonzero(~is_test), np.flatnonzero(is_test)
+def ctr_is_test(
+    n: int,
+    hours: np.ndarray | None,
+    *,
+    split: str,
+    seed: int,
+    test_fraction: float,
+    test_days: int,
+    source: str,
+) -> np.ndarray:
+    """Test membership of records ``0..n-1`` of a CTR file (never label-based).
+
+    Parameters
+    ----------
+    n : int
+        Records read.
+    hours : np.ndarray or None
+        ``(n,)`` ``YYMMDDHH`` of a format with a time column (needed for
+        ``split="time"`` there).
+    split : {"random", "time"}
+        Random by record id, or by time (see the module docstring).
+    seed : int
+        Seed of the random split.
+    test_fraction : float
+        Fraction held out (random split; Criteo's time split).
+    test_days : int
+        Days held out by a time split on ``hours``.
+    source : str
+        Named in errors.
+
+    Returns
+    -------
+    np.ndarray
+        ``(n,)`` bool.
+    """
+    if split == "time":
+        if hours is None:
+            return tail_is_test(n, test_fraction)
+        return last_days_is_test(hours, test_days, source)
+    ids = np.arange(n, dtype=np.int64)
+    return hash_is_test(ids, seed=seed, test_fraction=test_fraction)
 
 
 def check_path(path: str | Path) -> Path:
@@ -227,8 +274,14 @@ def check_path(path: str | Path) -> Path:
     return p
 
 
-def _check_header(path: Path, fmt: CTRFormat) -> None:
-    """Raise unless the file's first line is the format's header."""
+def check_header(path: Path, fmt: CTRFormat) -> None:
+    """Raise unless the file's first line is the format's header.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first column that differs.
+    """
     line = first_line(path)
     got = line.split(fmt.delimiter)
     want = list(fmt.columns)
@@ -250,7 +303,7 @@ def _check_header(path: Path, fmt: CTRFormat) -> None:
         )
 
 
-def _check_args(
+def check_args(
     rows: int | None,
     seed: int,
     test_fraction: float,
@@ -259,7 +312,13 @@ def _check_args(
     hash_seed: int,
     on_bad_rows: str,
 ) -> None:
-    """Validate the loader arguments that do not need the file."""
+    """Validate the loader arguments that do not need the file.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first bad argument and its value.
+    """
     if rows is not None and (
         isinstance(rows, bool) or not isinstance(rows, int | np.integer) or rows <= 0
     ):

@@ -11,7 +11,7 @@ numbers stay physical and a blank line is reported as a bad row.
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +43,27 @@ class Reader:
         The file (plain or gzip).
     fmt : CTRFormat
         Its layout; the header line, if any, is skipped (checked elsewhere).
+    columns : collection of str, optional
+        File columns to convert (default: the label, time and feature columns).
+        Every line is still split into fields (so a line with the wrong number of
+        fields is caught whatever is converted), but only these columns are
+        handed over: a reader that must not see the label leaves it out.
     """
 
-    def __init__(self, path: Path, fmt: CTRFormat) -> None:
+    def __init__(
+        self, path: Path, fmt: CTRFormat, columns: Collection[str] | None = None
+    ) -> None:
         self.path = path
         self.fmt = fmt
+        if columns is None:
+            columns = {fmt.label, *fmt.numeric, *fmt.categorical}
+            columns |= {fmt.time} if fmt.time else set()
+        unknown = sorted(set(columns) - set(fmt.columns))
+        if unknown or not columns:
+            raise ConfigError(
+                f"columns to read must be {fmt.name} columns, got {sorted(columns)}"
+            )
+        self.columns = frozenset(columns)
         self.skipped = 0
         self.first_bad = ""
         self._bad_row: Any = None
@@ -108,8 +124,7 @@ class Reader:
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Yield record batches; raise :class:`ConfigError` on a malformed row."""
         fmt = self.fmt
-        used = {fmt.label, fmt.time, *fmt.numeric, *fmt.categorical}
-        wanted = [c for c in fmt.columns if c in used]
+        wanted = [c for c in fmt.columns if c in self.columns]
         read = pacsv.ReadOptions(
             column_names=list(fmt.columns),
             skip_rows=fmt.line_offset,

@@ -1,7 +1,10 @@
 """Turn raw arrays into a :class:`~tpsl_flwr.data.tabular.DatasetSplit`.
 
-A seeded stratified train/test split, then numeric columns standardized with the
-*train* mean and standard deviation (test rows never inform the scaling).
+A train/test membership fixed by the record ids alone
+(:mod:`~tpsl_flwr.data.membership`), then numeric columns standardized with the
+*train* mean and standard deviation (test rows never inform the scaling), one
+column at a time, so that a party holding a few columns gets bitwise the values
+the full table has.
 """
 
 from __future__ import annotations
@@ -10,58 +13,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tpsl_flwr.data.membership import split_positions
 from tpsl_flwr.data.tabular import DatasetSplit, TabularData
 from tpsl_flwr.errors import ConfigError
 
-__all__ = ["binary_auc", "make_split", "standardize", "stratified_split"]
-
-
-def stratified_split(
-    labels: np.ndarray, test_fraction: float, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Split row positions into train and test, class by class.
-
-    Each class with ``n_c >= 2`` rows sends ``round(test_fraction * n_c)`` of them
-    (at least 1, at most ``n_c - 1``) to test; a class with one row stays in train.
-
-    Parameters
-    ----------
-    labels : np.ndarray
-        ``(n,)`` integer labels.
-    test_fraction : float
-        Fraction of each class sent to test, in ``(0, 1)``.
-    rng : np.random.Generator
-        Source of the permutation.
-
-    Returns
-    -------
-    train_idx, test_idx : np.ndarray
-        Sorted int64 row positions; disjoint, together all of ``range(n)``.
-
-    Raises
-    ------
-    ConfigError
-        If ``test_fraction`` is not in ``(0, 1)``.
-
-    Examples
-    --------
-    >>> tr, te = stratified_split(np.array([0, 0, 1, 1]), 0.5, np.random.default_rng(0))
-    >>> len(tr), len(te)
-    (2, 2)
-    """
-    _check_fraction(test_fraction)
-    test_parts: list[np.ndarray] = []
-    for c in np.unique(labels):
-        rows = np.flatnonzero(labels == c)
-        n_c = rows.size
-        if n_c < 2:
-            continue
-        n_test = min(max(round(test_fraction * n_c), 1), n_c - 1)
-        test_parts.append(rng.permutation(rows)[:n_test])
-    is_test = np.zeros(labels.shape[0], dtype=bool)
-    if test_parts:
-        is_test[np.concatenate(test_parts)] = True
-    return np.flatnonzero(~is_test), np.flatnonzero(is_test)
+__all__ = ["binary_auc", "make_split", "standardize"]
 
 
 def standardize(
@@ -83,11 +39,21 @@ def standardize(
     mean, std : np.ndarray
         ``(d,)`` float64 train mean and the standard deviation used (zeros as 1).
     """
-    mean = train.mean(axis=0, dtype=np.float64)
-    std = train.std(axis=0, dtype=np.float64)
-    std = np.where(std > 0, std, 1.0)
-    train_z = ((train - mean) / std).astype(np.float32)
-    test_z = ((test - mean) / std).astype(np.float32)
+    d = train.shape[1]
+    mean = np.zeros(d)
+    std = np.ones(d)
+    train_z = np.empty(train.shape, dtype=np.float32)
+    test_z = np.empty(test.shape, dtype=np.float32)
+    for j in range(d):
+        # One contiguous float64 column at a time: the statistics do not depend
+        # on which other columns sit beside it (a 2-d reduction sums in another
+        # order), so every party's slice equals the full table's columns.
+        col = np.ascontiguousarray(train[:, j], dtype=np.float64)
+        mean[j] = col.mean()
+        sd = col.std()
+        std[j] = sd if sd > 0 else 1.0
+        train_z[:, j] = (col - mean[j]) / std[j]
+        test_z[:, j] = (np.asarray(test[:, j], dtype=np.float64) - mean[j]) / std[j]
     return train_z, test_z, mean, std
 
 
@@ -100,12 +66,13 @@ def make_split(
     num_classes: int,
     numeric_names: Sequence[str],
     categorical_names: Sequence[str],
-    test_fraction: float,
-    rng: np.random.Generator,
     *,
+    record_ids: np.ndarray,
+    is_test: np.ndarray,
+    test_fraction: float,
     bayes_scores: np.ndarray | None = None,
 ) -> DatasetSplit:
-    """Split raw arrays (stratified), standardize numeric columns, record facts.
+    """Split raw arrays by a given membership, standardize numerics, record facts.
 
     Parameters
     ----------
@@ -123,10 +90,13 @@ def make_split(
         Number of classes.
     numeric_names, categorical_names : sequence of str
         Column names.
+    record_ids : np.ndarray
+        ``(n,)`` increasing record ids of the rows.
+    is_test : np.ndarray
+        ``(n,)`` bool membership, a function of the record ids alone (see
+        :mod:`~tpsl_flwr.data.membership`).
     test_fraction : float
-        Fraction of each class sent to test, in ``(0, 1)``.
-    rng : np.random.Generator
-        Source of the split.
+        The requested fraction (named in errors).
     bayes_scores : np.ndarray, optional
         ``(n,)`` ground-truth ``P(y = 1 | x)`` of a binary synthetic table, or any
         increasing function of it such as the true logit; its test AUC is
@@ -135,26 +105,22 @@ def make_split(
     Returns
     -------
     DatasetSplit
-        With ``info`` keys ``rows``, ``train_rows``, ``test_rows``,
-        ``num_classes``, ``num_numeric``, ``num_categorical``; for binary labels
-        also ``positive_rate``, ``train_positive_rate``, ``test_positive_rate``;
-        with ``bayes_scores`` also ``bayes_test_auc``.
+        Rows in increasing record-id order, with ``train_ids``/``test_ids`` and
+        ``info`` keys ``rows``, ``train_rows``, ``test_rows``, ``num_classes``,
+        ``num_numeric``, ``num_categorical``; for binary labels also
+        ``positive_rate``, ``train_positive_rate``, ``test_positive_rate``; with
+        ``bayes_scores`` also ``bayes_test_auc``.
 
     Raises
     ------
     ConfigError
-        If ``test_fraction`` is not in ``(0, 1)``, the split leaves train or test
-        empty, or the arrays are inconsistent.
+        If the membership leaves train or test empty, or the arrays are
+        inconsistent.
     """
-    _check_fraction(test_fraction)
     labels = np.asarray(labels, dtype=np.int64)
-    train_idx, test_idx = stratified_split(labels, test_fraction, rng)
-    if train_idx.size == 0 or test_idx.size == 0:
-        raise ConfigError(
-            f"{labels.shape[0]} rows are too few to split with "
-            f"test_fraction={test_fraction}: train {train_idx.size}, "
-            f"test {test_idx.size}"
-        )
+    train_idx, test_idx = split_positions(
+        np.asarray(is_test, dtype=bool), "random", test_fraction
+    )
     num = np.asarray(numeric, dtype=np.float64)
     num_train, num_test, _, _ = standardize(num[train_idx], num[test_idx])
     cat = np.asarray(categorical, dtype=np.int64)
@@ -170,28 +136,96 @@ def make_split(
         )
         for z, idx in ((num_train, train_idx), (num_test, test_idx))
     ]
+    info = label_info(labels, tables[0].labels, tables[1].labels, num_classes)
+    info["num_numeric"] = int(num.shape[1])
+    info["num_categorical"] = int(cat.shape[1])
+    if bayes_scores is not None:
+        auc = bayes_auc(tables[1].labels, bayes_scores, test_idx, num_classes)
+        if auc is not None:
+            info["bayes_test_auc"] = auc
+    ids = np.asarray(record_ids, dtype=np.int64)
+    return DatasetSplit(
+        train=tables[0],
+        test=tables[1],
+        name=name,
+        info=info,
+        train_ids=ids[train_idx],
+        test_ids=ids[test_idx],
+    )
+
+
+def label_info(
+    labels: np.ndarray,
+    train_labels: np.ndarray,
+    test_labels: np.ndarray,
+    num_classes: int,
+) -> dict[str, float]:
+    """Row counts and (binary) positive rates of a split.
+
+    Parameters
+    ----------
+    labels, train_labels, test_labels : np.ndarray
+        All labels, and those of the train and test rows.
+    num_classes : int
+        Number of classes.
+
+    Returns
+    -------
+    dict
+        ``rows``, ``train_rows``, ``test_rows``, ``num_classes``; for binary
+        labels also ``positive_rate``, ``train_positive_rate`` and
+        ``test_positive_rate``.
+    """
     info: dict[str, float] = {
         "rows": int(labels.shape[0]),
-        "train_rows": int(train_idx.size),
-        "test_rows": int(test_idx.size),
+        "train_rows": int(train_labels.shape[0]),
+        "test_rows": int(test_labels.shape[0]),
         "num_classes": int(num_classes),
-        "num_numeric": int(num.shape[1]),
-        "num_categorical": int(cat.shape[1]),
     }
     if num_classes == 2:
         info["positive_rate"] = float(labels.mean())
-        info["train_positive_rate"] = float(tables[0].labels.mean())
-        info["test_positive_rate"] = float(tables[1].labels.mean())
-    if bayes_scores is not None:
-        if num_classes != 2:
-            raise ConfigError(
-                f"bayes_scores needs binary labels, got num_classes={num_classes}"
-            )
-        test_y = tables[1].labels
-        if np.unique(test_y).size == 2:
-            scores = np.asarray(bayes_scores, dtype=np.float64)[test_idx]
-            info["bayes_test_auc"] = binary_auc(test_y, scores)
-    return DatasetSplit(train=tables[0], test=tables[1], name=name, info=info)
+        info["train_positive_rate"] = float(train_labels.mean())
+        info["test_positive_rate"] = float(test_labels.mean())
+    return info
+
+
+def bayes_auc(
+    test_labels: np.ndarray,
+    bayes_scores: np.ndarray,
+    test_idx: np.ndarray,
+    num_classes: int,
+) -> float | None:
+    """Test AUC of the true scores; None when the test rows hold one class.
+
+    Parameters
+    ----------
+    test_labels : np.ndarray
+        Labels of the test rows.
+    bayes_scores : np.ndarray
+        ``(n,)`` true scores of every row.
+    test_idx : np.ndarray
+        Positions of the test rows.
+    num_classes : int
+        Must be 2.
+
+    Returns
+    -------
+    float or None
+        The AUC.
+
+    Raises
+    ------
+    ConfigError
+        If the labels are not binary.
+    """
+    if num_classes != 2:
+        raise ConfigError(
+            f"bayes_scores needs binary labels, got num_classes={num_classes}"
+        )
+    if np.unique(test_labels).size != 2:
+        return None
+    scores = np.asarray(bayes_scores, dtype=np.float64)[test_idx]
+    return binary_auc(test_labels, scores)
 
 
 def binary_auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -229,10 +263,3 @@ def binary_auc(labels: np.ndarray, scores: np.ndarray) -> float:
     n_pos = int(pos.sum())
     n_neg = scores.size - n_pos
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
-
-
-def _check_fraction(test_fraction: float) -> None:
-    """Raise unless ``test_fraction`` is a number strictly between 0 and 1."""
-    ok = isinstance(test_fraction, int | float) and not isinstance(test_fraction, bool)
-    if not ok or not 0.0 < float(test_fraction) < 1.0:
-        raise ConfigError(f"test_fraction must be in (0, 1), got {test_fraction!r}")

@@ -35,7 +35,12 @@ from scipy.special import expit
 
 from tpsl_flwr.errors import ConfigError
 
-__all__ = ["SyntheticCTR", "make_synthetic_ctr"]
+__all__ = [
+    "SyntheticCTR",
+    "SyntheticFeatures",
+    "make_synthetic_ctr",
+    "make_synthetic_features",
+]
 
 _T_DF = 3.0
 """Degrees of freedom of the Student-t numeric columns (finite variance, heavy)."""
@@ -161,13 +166,128 @@ def make_synthetic_ctr(
         zipf_exponent,
     )
     rng = np.random.default_rng(seed)
+    feats = _draw_features(
+        rng, rows, num_numeric, num_categorical, cardinality_range, zipf_exponent
+    )
+    labels, logit, intercept = _draw_labels(rng, feats, positive_rate, logit_sd)
+    return SyntheticCTR(
+        numeric=feats.numeric,
+        categorical=feats.categorical,
+        cardinalities=feats.cardinalities,
+        labels=labels,
+        logits=logit,
+        probabilities=expit(logit),
+        intercept=intercept,
+        numeric_names=feats.numeric_names,
+        categorical_names=feats.categorical_names,
+    )
+
+
+def make_synthetic_features(
+    rows: int = 20_000,
+    num_numeric: int = 8,
+    num_categorical: int = 8,
+    cardinality_range: tuple[int, int] = (3, 100),
+    seed: int | np.random.Generator = 0,
+    *,
+    zipf_exponent: float = 1.1,
+) -> SyntheticFeatures:
+    """Generate only the features of :func:`make_synthetic_ctr`, never a label.
+
+    The generator draws every feature before anything about the labels, so this
+    stops there and returns bitwise the features the full generator returns for
+    the same arguments: what a non-label party may compute on its own.
+
+    Parameters
+    ----------
+    rows, num_numeric, num_categorical, cardinality_range, seed, zipf_exponent
+        As for :func:`make_synthetic_ctr` (``positive_rate`` and ``logit_sd``
+        only shape the labels, so they are not taken).
+
+    Returns
+    -------
+    SyntheticFeatures
+        Raw features and their names.
+
+    Raises
+    ------
+    ConfigError
+        If an argument is out of range (the message names it).
+
+    Examples
+    --------
+    >>> f = make_synthetic_features(rows=1000, seed=1)
+    >>> full = make_synthetic_ctr(rows=1000, positive_rate=0.2, seed=1)
+    >>> bool((f.numeric == full.numeric).all()), f.categorical_names[:2]
+    (True, ('cat_0', 'cat_1'))
+    """
+    _check_feature_args(
+        rows, num_numeric, num_categorical, cardinality_range, zipf_exponent
+    )
+    rng = np.random.default_rng(seed)
+    return _draw_features(
+        rng, rows, num_numeric, num_categorical, cardinality_range, zipf_exponent
+    )
+
+
+@dataclass(frozen=True)
+class SyntheticFeatures:
+    """The raw features of a synthetic CTR table, without labels.
+
+    Parameters
+    ----------
+    numeric, categorical, cardinalities, numeric_names, categorical_names
+        As in :class:`SyntheticCTR`.
+    u : np.ndarray
+        ``(rows, num_numeric)`` winsorized unit-variance numeric columns (what
+        the true logit sees).
+    pmfs : tuple of np.ndarray
+        Category frequencies of every categorical column.
+    """
+
+    numeric: np.ndarray
+    categorical: np.ndarray
+    cardinalities: tuple[int, ...]
+    numeric_names: tuple[str, ...]
+    categorical_names: tuple[str, ...]
+    u: np.ndarray
+    pmfs: tuple[np.ndarray, ...]
+
+
+def _draw_features(
+    rng: np.random.Generator,
+    rows: int,
+    num_numeric: int,
+    num_categorical: int,
+    cardinality_range: tuple[int, int],
+    zipf_exponent: float,
+) -> SyntheticFeatures:
+    """Every feature draw, in the generator's order (before any label draw)."""
     numeric, u = _numeric_columns(rng, rows, num_numeric)
     low, high = cardinality_range
     cards = rng.integers(low, high + 1, size=num_categorical)
-    pmfs = [_zipf_pmf(int(c), zipf_exponent) for c in cards]
-    categorical = _categorical_columns(rng, rows, pmfs)
-    logit = _feature_logit(rng, u, categorical, pmfs, logit_sd)
+    pmfs = tuple(_zipf_pmf(int(c), zipf_exponent) for c in cards)
+    categorical = _categorical_columns(rng, rows, list(pmfs))
+    return SyntheticFeatures(
+        numeric=numeric,
+        categorical=categorical,
+        cardinalities=tuple(int(c) for c in cards),
+        numeric_names=tuple(f"num_{j}" for j in range(num_numeric)),
+        categorical_names=tuple(f"cat_{j}" for j in range(num_categorical)),
+        u=u,
+        pmfs=pmfs,
+    )
 
+
+def _draw_labels(
+    rng: np.random.Generator,
+    feats: SyntheticFeatures,
+    positive_rate: float,
+    logit_sd: float,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """The true logit, intercept and labels, drawn after the features."""
+    rows = feats.numeric.shape[0]
+    logit = _feature_logit(rng, feats.u, feats.categorical, list(feats.pmfs), logit_sd)
     # y = 1[L < logit + b]: choose b between the K-th and (K+1)-th smallest L - logit.
     slack = rng.logistic(size=rows) - logit
     k = round(positive_rate * rows)
@@ -175,17 +295,7 @@ def make_synthetic_ctr(
     intercept = float(0.5 * (lo_hi[k - 1] + lo_hi[k]))
     labels = (slack < intercept).astype(np.int64)
     logit += intercept
-    return SyntheticCTR(
-        numeric=numeric,
-        categorical=categorical,
-        cardinalities=tuple(int(c) for c in cards),
-        labels=labels,
-        logits=logit,
-        probabilities=expit(logit),
-        intercept=intercept,
-        numeric_names=tuple(f"num_{j}" for j in range(num_numeric)),
-        categorical_names=tuple(f"cat_{j}" for j in range(num_categorical)),
-    )
+    return labels, logit, intercept
 
 
 def _numeric_columns(
@@ -287,6 +397,28 @@ def _check_args(
     zipf_exponent: float,
 ) -> None:
     """Raise :class:`ConfigError` naming the first out-of-range argument."""
+    _check_feature_args(
+        rows, num_numeric, num_categorical, cardinality_range, zipf_exponent
+    )
+    if not isinstance(positive_rate, int | float) or not 0.0 < positive_rate < 1.0:
+        raise ConfigError(f"positive_rate must be in (0, 1), got {positive_rate!r}")
+    k = round(positive_rate * rows)
+    if not 1 <= k <= rows - 1:
+        raise ConfigError(
+            f"rows={rows} is too few for positive_rate={positive_rate}: {k} positives"
+        )
+    if not isinstance(logit_sd, int | float) or not 0.0 <= logit_sd < math.inf:
+        raise ConfigError(f"logit_sd must be finite and >= 0, got {logit_sd!r}")
+
+
+def _check_feature_args(
+    rows: int,
+    num_numeric: int,
+    num_categorical: int,
+    cardinality_range: tuple[int, int],
+    zipf_exponent: float,
+) -> None:
+    """Validate the arguments that shape the features."""
     for name, value in (
         ("rows", rows),
         ("num_numeric", num_numeric),
@@ -312,15 +444,6 @@ def _check_args(
             f"cardinality_range must be (low, high) ints with 2 <= low <= high, "
             f"got {cardinality_range!r}"
         )
-    if not isinstance(positive_rate, int | float) or not 0.0 < positive_rate < 1.0:
-        raise ConfigError(f"positive_rate must be in (0, 1), got {positive_rate!r}")
-    k = round(positive_rate * rows)
-    if not 1 <= k <= rows - 1:
-        raise ConfigError(
-            f"rows={rows} is too few for positive_rate={positive_rate}: {k} positives"
-        )
-    if not isinstance(logit_sd, int | float) or not 0.0 <= logit_sd < math.inf:
-        raise ConfigError(f"logit_sd must be finite and >= 0, got {logit_sd!r}")
     if (
         not isinstance(zipf_exponent, int | float)
         or not 0.0 <= zipf_exponent < math.inf

@@ -19,7 +19,7 @@ import numpy as np
 
 from tpsl_flwr.errors import ConfigError
 
-__all__ = ["DatasetSplit", "PartyFeatures", "TabularData"]
+__all__ = ["DatasetSplit", "PartyFeatures", "TabularData", "check_ids"]
 
 
 def _check_features(
@@ -340,19 +340,30 @@ class DatasetSplit:
     info : dict
         Facts such as ``rows``, ``train_rows``, ``test_rows``, ``positive_rate``
         (binary only) and, for synthetic data, ``bayes_test_auc``.
+    train_ids, test_ids : np.ndarray, optional
+        Record ids of the rows (int64, increasing): the row numbers in the
+        source. :func:`~tpsl_flwr.data.load_dataset` always sets them.
 
     Raises
     ------
     ConfigError
-        If the two tables' schemas differ.
+        If the two tables' schemas differ, or ids do not match the tables.
     """
 
     train: TabularData
     test: TabularData
     name: str
     info: dict[str, float] = field(default_factory=dict)
+    train_ids: np.ndarray | None = None
+    test_ids: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        for ids, table, what in (
+            (self.train_ids, self.train, "train_ids"),
+            (self.test_ids, self.test, "test_ids"),
+        ):
+            if ids is not None:
+                check_ids(ids, len(table), what)
         a, b = self.train, self.test
         if a.names != b.names:
             raise ConfigError(f"train and test columns differ: {a.names} vs {b.names}")
@@ -370,3 +381,31 @@ class DatasetSplit:
     def num_classes(self) -> int:
         """Number of classes (shared by train and test)."""
         return self.train.num_classes
+
+
+def check_ids(ids: np.ndarray, n: int, what: str) -> None:
+    """Raise unless ``ids`` are ``n`` strictly increasing non-negative int64 ids.
+
+    Parameters
+    ----------
+    ids : np.ndarray
+        Record ids.
+    n : int
+        Rows they must label.
+    what : str
+        Named in the message.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``what`` and the problem.
+    """
+    if not isinstance(ids, np.ndarray) or ids.shape != (n,):
+        raise ConfigError(
+            f"{what} must be a numpy array of shape ({n},), got shape "
+            f"{getattr(ids, 'shape', None)}"
+        )
+    if ids.dtype != np.int64:
+        raise ConfigError(f"{what} must have dtype int64, got {ids.dtype}")
+    if n and (ids[0] < 0 or (n > 1 and not (np.diff(ids) > 0).all())):
+        raise ConfigError(f"{what} must be non-negative and strictly increasing")

@@ -185,7 +185,15 @@ def _add_simulate(commands: Any) -> None:
     add("--steps-per-message", type=_integer("steps-per-message", 1))
     add("--parties", dest="num_parties", type=_integer("parties", 1))
     add("--seed", type=_integer("seed", 0))
-    add("--noise-seed", type=int, help="seed the noise key (NOT secure); -1 = OS")
+    add(
+        "--noise-seed",
+        type=int,
+        help="seed the noise key (reproducible, NOT secure; -1 = OS); label-party "
+        "only: never in the run config",
+    )
+    add(
+        "--label-dir", help="the label party's private folder (default OUT/label-party)"
+    )
     add("--out-dir")
     add(
         "--no-audit",
@@ -242,8 +250,30 @@ def _add_simulate(commands: Any) -> None:
         metavar="KEY=VALUE",
         help="overrides of [tool.flwr.app.config]",
     )
+    flower.add_argument(
+        "--noise-seed",
+        type=_integer("noise-seed", 0),
+        default=None,
+        help="derive the noise key from this seed (reproducible, NOT secure); it is "
+        "written to the label party's folder and never enters the run config",
+    )
     flower.add_argument("--timeout", type=_number("timeout"), default=3600.0)
     flower.set_defaults(handler=_run_flower)
+
+    keygen = commands.add_parser(
+        "keygen",
+        help="put a noise key in the label party's private folder for the next run",
+        description=(
+            "Write an unbound noise key (from the OS, or from --seed: reproducible "
+            "but NOT secure) to LABEL_DIR/noise-key.json (mode 0600 in a 0700 "
+            "folder). The next run that starts afresh with that label-dir uses it."
+        ),
+    )
+    keygen.add_argument(
+        "label_dir", help="the label party's folder (run config label-dir)"
+    )
+    keygen.add_argument("--seed", type=_integer("seed", 0), default=None)
+    keygen.set_defaults(handler=_run_keygen)
 
     attack = commands.add_parser(
         "attack",
@@ -306,12 +336,11 @@ def _run_simulate(args: argparse.Namespace) -> int:
     cfg = ExperimentConfig(**given)
     quiet = args.json == "-"
     if args.engine == "ray":
+        from tpsl_flwr.simulations.experiment import provide_seeded_key
         from tpsl_flwr.simulations.flower_run import run_on_ray
 
-        overrides = {k.replace("_", "-"): v for k, v in given.items()}
-        results = run_on_ray(
-            {**cfg.to_run_config(), **overrides}, echo=None if quiet else sys.stdout
-        )
+        provide_seeded_key(cfg)  # the label party's file; the seed stays here
+        results = run_on_ray(cfg.to_run_config(), echo=None if quiet else sys.stdout)
     else:
         results = _run_local(cfg, quiet)
     _write_json(results, args.json)
@@ -365,17 +394,39 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def _run_keygen(args: argparse.Namespace) -> int:
+    from tpsl_flwr.keyed_noise import NoiseKey
+    from tpsl_flwr.label_store import LabelStore
+
+    store = LabelStore(args.label_dir)
+    if args.seed is None:
+        key, origin = NoiseKey.from_os(), "os"
+    else:
+        key, origin = NoiseKey.from_seed(args.seed), "seed"
+    store.provide_key(key, origin)
+    print(
+        f"tpsl-flwr keygen: {'seeded (NOT secure)' if origin == 'seed' else 'secure'} "
+        f"key {key.fingerprint} in {store.key_path}; the next fresh run with "
+        f"label-dir {args.label_dir!r} uses it"
+    )
+    return 0
+
+
 def _run_flower(args: argparse.Namespace) -> int:
+    import dataclasses
     from pathlib import Path
 
     from tpsl_flwr.simulations.config import ExperimentConfig
+    from tpsl_flwr.simulations.experiment import provide_seeded_key
     from tpsl_flwr.simulations.flower_run import app_config, run_on_ray, source_app_dir
 
     app_dir = source_app_dir() if args.app_dir is None else Path(args.app_dir)
     # A simulation audits its transcript unless told otherwise.
     overrides = {"audit": True, **_parse_overrides(args.run_config)}
     # Validate the whole config here: a bad value fails now, not inside Flower.
-    ExperimentConfig.from_run_config({**app_config(app_dir), **overrides})
+    cfg = ExperimentConfig.from_run_config({**app_config(app_dir), **overrides})
+    if args.noise_seed is not None:
+        provide_seeded_key(dataclasses.replace(cfg, noise_seed=args.noise_seed))
     results = run_on_ray(overrides, app_dir=app_dir, timeout=args.timeout)
     metric = "test_auc" if "test_auc" in results else "test_accuracy"
     print(

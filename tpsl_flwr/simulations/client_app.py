@@ -24,7 +24,6 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import Mod
 
 from tpsl_flwr import protocol as P
-from tpsl_flwr.data import partition_columns, party_features
 from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.models import BottomModel
 from tpsl_flwr.parties import NonLabelParty, adam
@@ -49,7 +48,11 @@ def partition_of(context: Context) -> tuple[int, int]:
 
 
 def builtin_party(context: Context) -> NonLabelParty:
-    """A non-label party over a built-in dataset's column slice (no labels)."""
+    """A non-label party over its own columns of a built-in dataset.
+
+    The node's process parses only its own feature columns (and ids): no label
+    column is read, for any dataset (:func:`~tpsl_flwr.data.load_party_view`).
+    """
     cfg = ExperimentConfig.from_run_config(context.run_config)
     partition, parties = partition_of(context)
     if parties != cfg.num_parties:
@@ -57,12 +60,8 @@ def builtin_party(context: Context) -> NonLabelParty:
             f"this node is partition {partition} of {parties}, but the run config "
             f"has num-parties = {cfg.num_parties}"
         )
-    data = cfg.load_data()
-    columns = partition_columns(
-        data.train.numeric_names, data.train.categorical_names, parties
-    )[partition]
-    train = party_features(data.train, columns)
-    test = party_features(data.test, columns)
+    view = cfg.load_party(partition)
+    train, test = view.train, view.test
     generator = torch.Generator().manual_seed(cfg.seed * 1000 + partition + 1)
     bottom = BottomModel(
         train.numeric.shape[1],

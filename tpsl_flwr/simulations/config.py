@@ -11,13 +11,31 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-from tpsl_flwr.data import ALL_DATASETS, FILE_DATASETS, DatasetSplit, load_dataset
+from tpsl_flwr.data import (
+    ALL_DATASETS,
+    FILE_DATASETS,
+    DatasetSplit,
+    DataSpec,
+    LabelView,
+    PartyColumns,
+    PartyView,
+    dataset_columns,
+    load_dataset,
+    load_label_view,
+    load_party_view,
+    partition_columns,
+)
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.mechanisms import Mechanism, make_mechanism
 from tpsl_flwr.validation import check_int, check_placement
+
+LABEL_DIR = "label-party"
+"""The label party's folder under ``out_dir`` unless ``label_dir`` names one."""
+LABEL_PARTY_ONLY = frozenset({"noise_seed"})
+"""Fields that never enter the run config (nodes must not learn them)."""
 
 
 @dataclass(frozen=True)
@@ -25,11 +43,14 @@ class ExperimentConfig:
     """One TPSL experiment.
 
     ``epsilon`` applies to ``laplace``/``discrete``, ``sigma`` to ``gaussian``.
-    ``noise_seed < 0`` draws the noise key from the OS (secure); a seed makes
-    the noise reproducible and is reported as not secure. ``rows <= 0`` means
-    the dataset's default size. ``criteo``/``avazu`` read ``data_path``,
-    hashing categoricals into ``hash_buckets`` per column (0: the loader's
-    default); ``split`` is ``random`` or ``time``. ``audit`` attacks the
+    ``noise_seed`` is label-party configuration, never run config (Flower hands
+    the run config to every node, and whoever knows the seed can subtract the
+    noise): ``< 0`` draws the noise key from the OS (secure); a seed makes the
+    noise reproducible and is reported as not secure. ``label_dir`` is the label
+    party's private folder (key, checkpoints; default ``out_dir/label-party``).
+    ``rows <= 0`` means the dataset's default size. ``criteo``/``avazu`` read
+    ``data_path``, hashing categoricals into ``hash_buckets`` per column (0: the
+    loader's default); ``split`` is ``random`` or ``time``. ``audit`` attacks the
     dispatched transcript every epoch: off here and in the app's run config
     (deployments), on by default in ``tpsl-flwr simulate`` and ``flower-run``.
     ``transcript_dir``, if set, makes every non-label node record what it
@@ -58,6 +79,7 @@ class ExperimentConfig:
     seed: int = 0
     noise_seed: int = -1
     out_dir: str = "outputs"
+    label_dir: str = ""
     checkpoint: bool = True
     audit: bool = False
     transcript_dir: str = ""
@@ -86,8 +108,37 @@ class ExperimentConfig:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         self.make_mechanism(2)  # validates mechanism, epsilon / sigma
 
+    def data_spec(self) -> DataSpec:
+        """The public settings that fix the records and the id space."""
+        return DataSpec(
+            self.dataset,
+            data_path=self.data_path,
+            rows=self.rows or None,
+            seed=self.seed,
+            test_fraction=self.test_fraction,
+            split=self.split,
+            hash_buckets=self.hash_buckets or None,
+        )
+
+    def party_columns(self, partition: int) -> PartyColumns:
+        """Partition ``partition``'s columns (from the public schema only)."""
+        numeric, categorical = dataset_columns(self.data_spec())
+        return partition_columns(numeric, categorical, self.num_parties)[partition]
+
+    def load_labels(self) -> LabelView:
+        """The label party's view: labels and ids, no feature column parsed."""
+        return load_label_view(self.data_spec())
+
+    def load_party(self, partition: int) -> PartyView:
+        """A non-label node's view: its own columns and ids, no label parsed."""
+        return load_party_view(self.data_spec(), self.party_columns(partition).names)
+
     def load_data(self) -> DatasetSplit:
-        """The experiment's data (each party keeps only its own part of it)."""
+        """The whole labelled table, for experimenters (central baselines, benches).
+
+        No party of a run calls this: the label party uses :meth:`load_labels`,
+        each node :meth:`load_party`.
+        """
         return _load_data(
             self.dataset,
             self.data_path,
@@ -108,19 +159,32 @@ class ExperimentConfig:
             return make_mechanism("gaussian", sigma=self.sigma, num_classes=num_classes)
         return make_mechanism(self.mechanism, num_classes=num_classes)
 
-    def make_key(self) -> NoiseKey:
-        """The noise key: from the OS, or from ``noise_seed`` (not secure)."""
-        if self.noise_seed < 0:
-            return NoiseKey.from_os()
-        return NoiseKey.from_seed(self.noise_seed)
+    @property
+    def label_party_dir(self) -> Path:
+        """The label party's private folder (``label_dir``, or under ``out_dir``)."""
+        return (
+            Path(self.label_dir) if self.label_dir else Path(self.out_dir) / LABEL_DIR
+        )
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> ExperimentConfig:
-        """Parse a Flower run config (kebab-case keys); unknown keys are errors."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+        """Parse a Flower run config (kebab-case keys); unknown keys are errors.
+
+        ``noise-seed`` is refused: the run config reaches every node.
+        """
+        fields = {
+            f.name: f for f in dataclasses.fields(cls) if f.name not in LABEL_PARTY_ONLY
+        }
         values: dict[str, Any] = {}
         for key, raw in run_config.items():
             name = key.replace("-", "_")
+            if name in LABEL_PARTY_ONLY:
+                raise ConfigError(
+                    f"{key} is not a run-config key: Flower hands the run config to "
+                    "every node, and whoever knows the seed can subtract the noise; "
+                    "give it to the label party only (tpsl-flwr simulate/flower-run "
+                    "--noise-seed, or tpsl-flwr keygen --seed)"
+                )
             if name not in fields:
                 valid = ", ".join(sorted(n.replace("_", "-") for n in fields))
                 raise ConfigError(
@@ -130,8 +194,12 @@ class ExperimentConfig:
         return cls(**values)
 
     def to_run_config(self) -> dict[str, Any]:
-        """The kebab-case run config Flower passes to both apps."""
-        return {k.replace("_", "-"): v for k, v in dataclasses.asdict(self).items()}
+        """The kebab-case run config Flower passes to both apps (no noise seed)."""
+        return {
+            k.replace("_", "-"): v
+            for k, v in dataclasses.asdict(self).items()
+            if k not in LABEL_PARTY_ONLY
+        }
 
 
 def _coerce(key: str, raw: Any, kind: object) -> Any:

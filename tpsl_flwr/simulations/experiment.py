@@ -19,6 +19,7 @@ from flwr.serverapp import Grid
 from tpsl_flwr.accounting import privacy_spent
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.keyed_noise import NoiseKey
+from tpsl_flwr.label_store import LabelStore, NoiseBinding
 from tpsl_flwr.models import TopModel, num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
 from tpsl_flwr.simulations.config import ExperimentConfig
@@ -26,48 +27,71 @@ from tpsl_flwr.simulations.run_report import write_report
 from tpsl_flwr.strategies import TPSLStrategy
 
 RESULTS_FILE = "results.json"
-CHECKPOINT_FILE = "label-party.pt"
 EVALUATION_LABELS = "evaluation-train-labels.npy"
+ID_SPACE_KEYS = ("dataset", "data-path", "rows", "seed", "test-fraction", "split")
+"""Run-config keys that fix which record each sample id names."""
+SEEDED_KEY_NOTE = (
+    "the noise key was derived from a seed: the guarantee does not hold against "
+    "anyone who knows the seed (they can recompute and subtract the noise)"
+)
 
 
-def checkpoint_path(cfg: ExperimentConfig) -> Path:
-    """The label party's own checkpoint (holds the secret noise key)."""
-    return Path(cfg.out_dir) / "checkpoints" / CHECKPOINT_FILE
+def provide_seeded_key(cfg: ExperimentConfig) -> None:
+    """Leave the key of ``cfg.noise_seed`` in the label party's folder, if any.
+
+    Runs on the label party's side only (the CLI, a sweep, the in-process
+    engine): the seed never enters the run config the nodes receive. A resumed
+    run keeps the key it was bound to, so nothing is provided then.
+    """
+    if cfg.noise_seed >= 0 and not cfg.resume:
+        LabelStore(cfg.label_party_dir).provide_key(
+            NoiseKey.from_seed(cfg.noise_seed), origin="seed"
+        )
 
 
 def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]:
-    """The label party for ``cfg`` (its labels only) and facts about the data."""
-    data = cfg.load_data()
-    num_classes = data.num_classes
-    mechanism = cfg.make_mechanism(num_classes)
+    """The label party for ``cfg`` (its labels only) and facts about the data.
+
+    The noise key comes from the label party's private folder
+    (:class:`~tpsl_flwr.label_store.LabelStore`), bound to every setting that
+    fixes the noise; a resume with any of them changed is refused.
+    """
+    if cfg.resume and not cfg.checkpoint:
+        raise ConfigError("resume needs checkpoint = true")
+    labels = cfg.load_labels()
+    mechanism = cfg.make_mechanism(labels.num_classes)
     generator = torch.Generator().manual_seed(cfg.seed)
     top = TopModel(
         cfg.num_parties * cfg.embedding_dim,
         hidden=(cfg.top_hidden,),
-        num_outputs=num_outputs_for(num_classes),
+        num_outputs=num_outputs_for(labels.num_classes),
         generator=generator,
     )
-    path = checkpoint_path(cfg)
-    saved: dict[str, Any] | None = None
-    if cfg.resume and path.exists():
-        saved = torch.load(path, weights_only=False)
-        key = NoiseKey.from_hex(
-            saved["party"]["key"], secure=saved["party"]["key_secure"]
-        )
-    else:
-        key = cfg.make_key()
+    run_config = cfg.to_run_config()
+    binding = NoiseBinding.of(
+        mechanism=mechanism,
+        placement=cfg.placement,
+        reuse_noise=cfg.reuse_noise,
+        id_space={
+            **{key: run_config[key] for key in ID_SPACE_KEYS},
+            "id-space": labels.id_space,
+        },
+    )
+    store = LabelStore(cfg.label_party_dir)
+    provide_seeded_key(cfg)
+    release = store.open_release(binding, resume=cfg.resume)
     party = LabelParty(
         top,
-        data.train.labels,
+        labels.train_labels,
         mechanism,
-        key,
+        release.key,
         placement=cfg.placement,
         optimizer=adam(cfg.lr),
         reuse_noise=cfg.reuse_noise,
     )
     strategy = TPSLStrategy(
         party,
-        test_labels=data.test.labels,
+        test_labels=labels.test_labels,
         batch_size=cfg.batch_size,
         epochs=cfg.epochs,
         steps_per_message=cfg.steps_per_message,
@@ -75,37 +99,23 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         num_nodes=cfg.num_parties,
         audit=cfg.audit,
     )
-    if saved is not None:
-        party.load_state_dict(saved["party"])
-        strategy.start_epoch = int(saved["epoch"]) + 1
-        strategy.history = list(saved["history"])
+    if release.party_state is not None:
+        party.load_state_dict(release.party_state)
+        strategy.start_epoch = release.start_epoch
+        strategy.history = release.history
     if cfg.checkpoint:
-        strategy.on_epoch_end = lambda epoch, _entry: _save_checkpoint(
-            strategy, cfg, epoch
+        strategy.on_epoch_end = lambda epoch, _entry: store.save_checkpoint(
+            epoch, strategy.history, strategy.party.state_dict()
         )
     facts = {
-        "dataset": data.name,
-        "num_classes": num_classes,
-        "train_rows": len(data.train),
-        "test_rows": len(data.test),
-        "data_info": {k: _jsonable(v) for k, v in data.info.items()},
+        "dataset": cfg.dataset,
+        "num_classes": labels.num_classes,
+        "train_rows": int(labels.train_labels.size),
+        "test_rows": int(labels.test_labels.size),
+        "data_info": {k: _jsonable(v) for k, v in labels.info.items()},
+        "key_origin": release.origin,
     }
     return strategy, facts
-
-
-def _save_checkpoint(strategy: TPSLStrategy, cfg: ExperimentConfig, epoch: int) -> None:
-    path = checkpoint_path(cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(
-        {
-            "epoch": epoch,
-            "history": strategy.history,
-            "party": strategy.party.state_dict(),
-        },
-        tmp,
-    )
-    tmp.replace(path)
 
 
 def _jsonable(value: Any) -> Any:
@@ -120,14 +130,16 @@ def run_label_party(
     grid: Grid, cfg: ExperimentConfig, engine: str, timeout: float = 3600
 ) -> dict[str, Any]:
     """Run the experiment's label party on ``grid``; write and return the results."""
-    if cfg.resume and not cfg.checkpoint:
-        raise ConfigError("resume needs checkpoint = true")
     started = time.perf_counter()
     strategy, facts = build_strategy(cfg)
+    key_origin = facts.pop("key_origin")
     strategy.start(grid=grid, timeout=timeout)
     spent = privacy_spent(
         strategy.party.mechanism, cfg.placement, cfg.epochs, cfg.reuse_noise
     )
+    privacy = spent.to_dict()
+    if not strategy.party.key.secure:
+        privacy["notes"] = [*privacy.get("notes", []), SEEDED_KEY_NOTE]
     history = strategy.history
     final = history[-1] if history else {}
     rates = [h["samples_per_second"] for h in history]
@@ -139,13 +151,15 @@ def run_label_party(
         "placement": cfg.placement,
         "epochs": cfg.epochs,
         "epsilon_spent": spent.to_dict()["epsilon"],
-        "privacy": spent.to_dict(),
+        "privacy": privacy,
         "samples_per_second": float(np.mean(rates)) if rates else 0.0,
         "seconds": time.perf_counter() - started,
         "num_parties": len(strategy.nodes),
         "noise_key": {
             "secure": strategy.party.key.secure,
+            "origin": key_origin,
             "fingerprint": strategy.party.key.fingerprint,
+            "note": None if strategy.party.key.secure else SEEDED_KEY_NOTE,
         },
         "config": cfg.to_run_config(),
         "history": history,
@@ -158,9 +172,12 @@ def run_label_party(
     out.mkdir(parents=True, exist_ok=True)
     if cfg.transcript_dir:
         # Ground truth for scoring the recorded transcript offline
-        # (`tpsl-flwr attack`): the experimenter's file, not a message.
-        np.save(out / EVALUATION_LABELS, strategy.party.labels)
-        results["evaluation_labels"] = str(out / EVALUATION_LABELS)
+        # (`tpsl-flwr attack`): the experimenter's file, kept in the label
+        # party's private folder, never sent.
+        path = LabelStore(cfg.label_party_dir).save_labels(
+            EVALUATION_LABELS, strategy.party.labels
+        )
+        results["evaluation_labels"] = str(path)
     (out / RESULTS_FILE).write_text(json.dumps(results, indent=2, default=_jsonable))
     write_report(results, out)
     return results

@@ -123,6 +123,8 @@ def run_on_ray(
     out_dir = Path(str(config["out-dir"])).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     overrides = {**dict(run_config), "out-dir": str(out_dir)}
+    if config.get("label-dir"):
+        overrides["label-dir"] = str(Path(str(config["label-dir"])).resolve())
     results_path = out_dir / RESULTS_FILE
     started = time.time()
     # FLWR_HOME holds installed copies of the app: keep it outside the app

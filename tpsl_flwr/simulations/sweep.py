@@ -26,13 +26,17 @@ parses is skipped, so an interrupted sweep resumes where it stopped. Then
 written from every finished run (:mod:`tpsl_flwr.simulations.sweep_report`,
 :mod:`~tpsl_flwr.simulations.sweep_scale`).
 
-A ``noise-seed >= 0`` in ``[experiment]`` is offset by each run's seed, so seeds
-differ in their noise too (seeded keys are reproducible and NOT secure).
+A ``noise-seed >= 0`` in ``[experiment]`` is a sweep setting, not run config:
+each run's key is derived from it and the run's name (:func:`run_noise_seed`),
+so no two runs share noise words (seeded keys are reproducible and NOT
+secure). Without it every run draws its own key from the OS.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -198,7 +202,12 @@ class SweepConfig:
     def runs(self, out_dir: str | Path = "sweep") -> list[RunSpec]:
         """Every run of the grid, in a fixed order, written under ``out_dir``."""
         specs: list[RunSpec] = []
+        experiment = {k: v for k, v in self.experiment.items() if k != "noise-seed"}
         base_noise = self.experiment.get("noise-seed", -1)
+        if isinstance(base_noise, bool) or not isinstance(base_noise, int):
+            raise ConfigError(
+                f"experiment.noise-seed must be an int, got {base_noise!r}"
+            )
         sizes: tuple[int | None, ...] = self.rows if self.rows is not None else (None,)
         for dataset in self.datasets:
             for rows in sizes:
@@ -210,7 +219,7 @@ class SweepConfig:
                             )
                             settings: dict[str, Any] = {
                                 "audit": True,  # the tables need the attack AUCs
-                                **self.experiment,
+                                **experiment,
                                 "dataset": dataset,
                                 "mechanism": mechanism,
                                 "seed": seed,
@@ -220,10 +229,28 @@ class SweepConfig:
                                 settings["rows"] = rows
                             if param:
                                 settings[param] = value
-                            if isinstance(base_noise, int) and base_noise >= 0:
-                                settings["noise-seed"] = base_noise + seed
-                            specs.append(RunSpec(name, _experiment(name, settings)))
+                            cfg = _experiment(name, settings)
+                            if base_noise >= 0:
+                                cfg = dataclasses.replace(
+                                    cfg, noise_seed=run_noise_seed(base_noise, name)
+                                )
+                            specs.append(RunSpec(name, cfg))
         return specs
+
+
+def run_noise_seed(base: int, name: str) -> int:
+    """A run's own noise seed: a hash of the sweep's seed and the run's name.
+
+    Distinct names give distinct seeds (up to a 2^-63 collision chance), so
+    no two runs of a sweep release noise from the same key.
+
+    Examples
+    --------
+    >>> run_noise_seed(0, "digits_none_seed0") != run_noise_seed(0, "digits_none_seed1")
+    True
+    """
+    digest = hashlib.sha256(f"tpsl-flwr sweep run {base}/{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
 
 
 def _experiment(name: str, settings: Mapping[str, Any]) -> ExperimentConfig:
@@ -368,8 +395,10 @@ def run_local(cfg: ExperimentConfig) -> dict[str, Any]:
 
 def run_ray(cfg: ExperimentConfig) -> dict[str, Any]:
     """One experiment on Flower's Ray simulation (``flwr run``)."""
+    from tpsl_flwr.simulations.experiment import provide_seeded_key
     from tpsl_flwr.simulations.flower_run import run_on_ray
 
+    provide_seeded_key(cfg)
     return run_on_ray(cfg.to_run_config(), echo=None)
 
 

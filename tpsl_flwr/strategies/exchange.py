@@ -7,7 +7,8 @@ trip per step, so that sleep, not the work, would set the pace: a node that
 answers in 20 ms still costs a full interval. :func:`exchange` uses the same
 public ``push_messages``/``pull_messages`` calls, but polls after 1 ms, then
 backs off by doubling up to ``max_interval``, so a round trip costs about the
-nodes' time to answer.
+nodes' time to answer. Every message the label party sends passes here, and
+is checked against the protocol's allow-list before it leaves.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterable
 from flwr.app import Message
 from flwr.serverapp import Grid
 
+from tpsl_flwr.protocol import check_outgoing
 from tpsl_flwr.validation import check_positive_finite
 
 __all__ = ["FIRST_INTERVAL", "MAX_INTERVAL", "exchange"]
@@ -57,9 +59,15 @@ def exchange(
     ------
     ConfigError
         If ``max_interval`` is not a positive, finite number.
+    PrivacyError
+        If a message holds anything the protocol's allow-list does not
+        (:func:`~tpsl_flwr.protocol.check_outgoing`); nothing is sent then.
     """
     max_interval = check_positive_finite(max_interval, "max_interval")
-    waiting = set(grid.push_messages(messages))
+    outgoing = list(messages)
+    for message in outgoing:
+        check_outgoing(message.content)
+    waiting = set(grid.push_messages(outgoing))
     deadline = None if timeout is None else time.monotonic() + timeout
     replies: list[Message] = []
     interval = min(FIRST_INTERVAL, max_interval)

@@ -1,0 +1,453 @@
+"""What each process loads: a party's columns, or the labels, and the record ids.
+
+A non-label node calls :func:`load_party_view` with its columns: it gets those
+columns of the train and test records and their record ids, and no label is ever
+loaded, parsed or computed on that path (synthetic data stops generating before
+the label draw; scikit-learn's tables are read without their target column;
+Criteo/Avazu files are read without converting the label column). The label
+party calls :func:`load_label_view`: labels and the same record ids. Both derive
+the ids from the public :class:`DataSpec` alone, because train/test membership
+is a function of the record id (:mod:`~tpsl_flwr.data.membership`), never of a
+label: a label-dependent membership or order would hand labels to every node.
+
+Within a split, the wire id of a record is its position (``0..n_train-1``,
+``0..n_test-1``) in increasing record-id order; :func:`id_space_fingerprint`
+binds a noise key to that id space. For every dataset, :func:`load_dataset`'s
+tables equal the label view's labels and the party views' columns, bitwise and in
+the same order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tpsl_flwr.data.builtin import (
+    FILE_DATASETS,
+    SYNTHETIC_DEFAULT_POSITIVE_RATE,
+    SYNTHETIC_DEFAULT_ROWS,
+    synthetic_data_rng,
+)
+from tpsl_flwr.data.bundled import (
+    bundled_features,
+    bundled_labels,
+    bundled_rows,
+)
+from tpsl_flwr.data.membership import hash_is_test, split_positions
+from tpsl_flwr.data.preprocess import bayes_auc, label_info, standardize
+from tpsl_flwr.data.spec import DataSpec, dataset_columns
+from tpsl_flwr.data.synthetic import make_synthetic_ctr, make_synthetic_features
+from tpsl_flwr.data.tabular import PartyFeatures, check_ids
+from tpsl_flwr.errors import ConfigError
+
+__all__ = [
+    "DataSpec",
+    "LabelView",
+    "PartyView",
+    "dataset_columns",
+    "id_space_fingerprint",
+    "load_label_view",
+    "load_party_view",
+]
+
+
+def id_space_fingerprint(train_ids: np.ndarray, test_ids: np.ndarray) -> str:
+    """SHA-256 of the train and test record ids, to bind a noise key to them.
+
+    Parameters
+    ----------
+    train_ids, test_ids : np.ndarray
+        Record ids (int64 increasing) in wire-id order.
+
+    Returns
+    -------
+    str
+        64 hex digits; equal for equal id spaces on every machine.
+
+    Examples
+    --------
+    >>> a = id_space_fingerprint(np.array([0, 2]), np.array([1]))
+    >>> a == id_space_fingerprint(np.array([0, 1]), np.array([2])), len(a)
+    (False, 64)
+    """
+    h = hashlib.sha256(b"tpsl-id-space-v1")
+    for ids in (train_ids, test_ids):
+        arr = np.ascontiguousarray(ids, dtype="<i8")
+        h.update(len(arr).to_bytes(8, "little"))
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+def _check_view_ids(view: PartyView | LabelView, n_train: int, n_test: int) -> None:
+    check_ids(view.train_ids, n_train, "train_ids")
+    check_ids(view.test_ids, n_test, "test_ids")
+    if np.intersect1d(view.train_ids, view.test_ids).size:
+        raise ConfigError("train_ids and test_ids must be disjoint")
+
+
+@dataclass(frozen=True)
+class PartyView:
+    """A non-label party's data: its columns and the record ids, no labels.
+
+    Parameters
+    ----------
+    train, test : PartyFeatures
+        The party's columns of the train and test records, in record-id order.
+    train_ids, test_ids : np.ndarray
+        Record ids (int64, increasing); the wire id of a record is its position.
+
+    Raises
+    ------
+    ConfigError
+        If ids and rows disagree.
+    """
+
+    train: PartyFeatures
+    test: PartyFeatures
+    train_ids: np.ndarray
+    test_ids: np.ndarray
+
+    def __post_init__(self) -> None:
+        _check_view_ids(self, len(self.train), len(self.test))
+
+    @property
+    def id_space(self) -> str:
+        """:func:`id_space_fingerprint` of the ids."""
+        return id_space_fingerprint(self.train_ids, self.test_ids)
+
+
+@dataclass(frozen=True)
+class LabelView:
+    """The label party's data: labels and the record ids.
+
+    Parameters
+    ----------
+    train_labels, test_labels : np.ndarray
+        int64 labels in ``[0, num_classes)``, in record-id order.
+    num_classes : int
+        Number of classes.
+    train_ids, test_ids : np.ndarray
+        Record ids (int64, increasing).
+    info : dict
+        Facts as in :attr:`~tpsl_flwr.data.DatasetSplit.info`: ``rows``,
+        ``train_rows``, ``test_rows``, ``num_classes``, ``num_numeric``,
+        ``num_categorical``, ``seed``, ``positive_rate`` and per split (binary),
+        ``bayes_test_auc`` (synthetic), file facts (criteo, avazu).
+
+    Raises
+    ------
+    ConfigError
+        If ids, labels and ``num_classes`` disagree.
+    """
+
+    train_labels: np.ndarray
+    test_labels: np.ndarray
+    num_classes: int
+    train_ids: np.ndarray
+    test_ids: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_view_ids(self, len(self.train_labels), len(self.test_labels))
+        for what, y in (("train", self.train_labels), ("test", self.test_labels)):
+            if y.dtype != np.int64 or y.ndim != 1:
+                raise ConfigError(f"{what}_labels must be 1-d int64, got {y.dtype}")
+            if y.size and (y.min() < 0 or y.max() >= self.num_classes):
+                raise ConfigError(
+                    f"{what}_labels must lie in [0, {self.num_classes}), got "
+                    f"[{y.min()}, {y.max()}]"
+                )
+
+    @property
+    def id_space(self) -> str:
+        """:func:`id_space_fingerprint` of the ids."""
+        return id_space_fingerprint(self.train_ids, self.test_ids)
+
+
+def load_party_view(
+    spec: DataSpec, columns: Sequence[str], *, cache_dir: str | Path | None = None
+) -> PartyView:
+    """Load one non-label party's columns of the train and test records.
+
+    No label is loaded, parsed or computed on this path, for any dataset.
+    Numeric columns are standardized with the train records' mean and standard
+    deviation of that column, so the result equals the matching columns of
+    :func:`~tpsl_flwr.data.load_dataset`. Cached per process (a Flower ClientApp
+    is rebuilt for every message); treat the arrays as read-only.
+
+    Parameters
+    ----------
+    spec : DataSpec
+        The data.
+    columns : sequence of str
+        The party's column names (from :func:`dataset_columns`, e.g. one entry
+        of :func:`~tpsl_flwr.data.partition_columns`); the result keeps table
+        order.
+    cache_dir : str or Path, optional
+        Encoded-file cache of ``"criteo"``/``"avazu"`` (default ``.tpsl-cache``
+        beside the file); it holds only this party's columns.
+
+    Returns
+    -------
+    PartyView
+        Columns and record ids.
+
+    Raises
+    ------
+    ConfigError
+        If a column is unknown or repeated, the file is missing or malformed
+        (naming line and column), or the split leaves train or test empty.
+
+    Examples
+    --------
+    >>> v = load_party_view(DataSpec("digits", rows=200), ["pixel_0_1", "pixel_7_7"])
+    >>> v.train.numeric_names, len(v.train) + len(v.test), hasattr(v, "labels")
+    (('pixel_0_1', 'pixel_7_7'), 200, False)
+    """
+    if not isinstance(spec, DataSpec):
+        raise ConfigError(f"spec must be a DataSpec, got {type(spec).__name__}")
+    num_names, cat_names = dataset_columns(spec)
+    if isinstance(columns, str) or not isinstance(columns, Sequence | set | frozenset):
+        raise ConfigError(f"columns must be a collection of names, got {columns!r}")
+    wanted = list(columns)
+    if not wanted:
+        raise ConfigError("columns must name at least one column, got none")
+    if len(set(wanted)) != len(wanted):
+        raise ConfigError(f"columns must not repeat a name, got {wanted}")
+    unknown = sorted(set(wanted) - set(num_names) - set(cat_names))
+    if unknown:
+        raise ConfigError(
+            f"unknown column names {unknown} for {spec.dataset!r}; known: "
+            f"{list(num_names) + list(cat_names)}"
+        )
+    chosen = tuple(c for c in (*num_names, *cat_names) if c in set(wanted))
+    return _party_view(spec, chosen, _cache_arg(cache_dir), _stamp(spec))
+
+
+def load_label_view(
+    spec: DataSpec, *, cache_dir: str | Path | None = None
+) -> LabelView:
+    """Load the labels of the train and test records, and their record ids.
+
+    Only the label party calls this. For files only the label column (and
+    Avazu's ``hour`` for the time split) is parsed. Cached per process.
+
+    Parameters
+    ----------
+    spec : DataSpec
+        The data.
+    cache_dir : str or Path, optional
+        Encoded-file cache of ``"criteo"``/``"avazu"``.
+
+    Returns
+    -------
+    LabelView
+        Labels, record ids and facts.
+
+    Raises
+    ------
+    ConfigError
+        If the file is missing or malformed (a label that is not 0/1 names its
+        line), it has no positive label, or the split leaves a side empty.
+
+    Examples
+    --------
+    >>> lv = load_label_view(DataSpec("breast-cancer"))
+    >>> lv.num_classes, lv.info["rows"], len(lv.train_ids) + len(lv.test_ids)
+    (2, 569, 569)
+    """
+    if not isinstance(spec, DataSpec):
+        raise ConfigError(f"spec must be a DataSpec, got {type(spec).__name__}")
+    return _label_view(spec, _cache_arg(cache_dir), _stamp(spec))
+
+
+def _cache_arg(cache_dir: str | Path | None) -> str | None:
+    return None if cache_dir is None else str(Path(cache_dir).expanduser())
+
+
+def _stamp(spec: DataSpec) -> tuple[int, int] | None:
+    """Size and mtime of the spec's file, so an edited file misses the cache."""
+    if spec.dataset not in FILE_DATASETS:
+        return None
+    try:
+        st = Path(spec.data_path).expanduser().stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _record_ids(spec: DataSpec) -> np.ndarray:
+    """Record ids of a generated or bundled table (files: read from the file)."""
+    if spec.dataset == "synthetic-ctr":
+        n = SYNTHETIC_DEFAULT_ROWS if spec.rows is None else int(spec.rows)
+        return np.arange(n, dtype=np.int64)
+    return bundled_rows(spec.dataset, spec.rows, int(spec.seed))
+
+
+@lru_cache(maxsize=4)
+def _party_view(
+    spec: DataSpec,
+    columns: tuple[str, ...],
+    cache_dir: str | None,
+    stamp: tuple[int, int] | None,
+) -> PartyView:
+    """Dispatch by dataset (cached; ``stamp`` only keys the cache)."""
+    del stamp
+    if spec.dataset in FILE_DATASETS:
+        return _ctr_party_view(spec, columns, cache_dir)
+    ids = _record_ids(spec)
+    is_test = hash_is_test(ids, seed=spec.seed, test_fraction=spec.test_fraction)
+    tr, te = split_positions(is_test, spec.split, spec.test_fraction)
+    num_names, cat_names = dataset_columns(spec)
+    num_idx = [j for j, c in enumerate(num_names) if c in columns]
+    cat_idx = [j for j, c in enumerate(cat_names) if c in columns]
+    if spec.dataset == "synthetic-ctr":
+        feats = make_synthetic_features(
+            rows=ids.size, seed=synthetic_data_rng(spec.seed)
+        )
+        numeric = feats.numeric[:, num_idx]
+        categorical = feats.categorical[:, cat_idx]
+        cards = tuple(feats.cardinalities[j] for j in cat_idx)
+    else:
+        numeric = bundled_features(spec.dataset, ids)[:, num_idx]
+        categorical = np.empty((ids.size, 0), dtype=np.int64)
+        cards = ()
+    num_tr, num_te, _, _ = standardize(numeric[tr], numeric[te])
+    names = (tuple(num_names[j] for j in num_idx), tuple(cat_names[j] for j in cat_idx))
+    return PartyView(
+        train=PartyFeatures(num_tr, categorical[tr], cards, *names),
+        test=PartyFeatures(num_te, categorical[te], cards, *names),
+        train_ids=_frozen(ids[tr]),
+        test_ids=_frozen(ids[te]),
+    )
+
+
+def _ctr_party_view(
+    spec: DataSpec, columns: tuple[str, ...], cache_dir: str | None
+) -> PartyView:
+    """A party's columns of a Criteo/Avazu file (label column never converted)."""
+    from tpsl_flwr.data.ctr_views import encode_side, side_membership
+
+    _, enc = encode_side(
+        spec.dataset,
+        spec.data_path,
+        columns=columns,
+        labels=False,
+        rows=spec.rows,
+        seed=int(spec.seed),
+        test_fraction=spec.test_fraction,
+        split=spec.split,
+        hash_buckets=spec.hash_buckets,
+        cache_dir=cache_dir,
+    )
+    tr, te = side_membership(
+        enc,
+        split=spec.split,
+        seed=int(spec.seed),
+        test_fraction=spec.test_fraction,
+        source=spec.data_path,
+    )
+    num_tr, num_te, _, _ = standardize(
+        np.asarray(enc.numeric[tr]), np.asarray(enc.numeric[te])
+    )
+    args = (enc.cardinalities, enc.numeric_names, enc.categorical_names)
+    return PartyView(
+        train=PartyFeatures(num_tr, enc.categorical[tr].astype(np.int64), *args),
+        test=PartyFeatures(num_te, enc.categorical[te].astype(np.int64), *args),
+        train_ids=_frozen(tr),
+        test_ids=_frozen(te),
+    )
+
+
+@lru_cache(maxsize=4)
+def _label_view(
+    spec: DataSpec, cache_dir: str | None, stamp: tuple[int, int] | None
+) -> LabelView:
+    """Dispatch by dataset (cached; ``stamp`` only keys the cache)."""
+    del stamp
+    num_names, cat_names = dataset_columns(spec)
+    if spec.dataset in FILE_DATASETS:
+        return _ctr_label_view(spec, cache_dir, len(num_names), len(cat_names))
+    ids = _record_ids(spec)
+    is_test = hash_is_test(ids, seed=spec.seed, test_fraction=spec.test_fraction)
+    tr, te = split_positions(is_test, spec.split, spec.test_fraction)
+    extra: dict[str, Any] = {}
+    if spec.dataset == "synthetic-ctr":
+        target = spec.positive_rate
+        target = SYNTHETIC_DEFAULT_POSITIVE_RATE if target is None else target
+        raw = make_synthetic_ctr(
+            rows=ids.size, positive_rate=target, seed=synthetic_data_rng(spec.seed)
+        )
+        labels, num_classes = raw.labels, 2
+        auc = bayes_auc(labels[te], raw.logits, te, 2)
+        if auc is not None:
+            extra["bayes_test_auc"] = auc
+        extra.update(target_positive_rate=float(target), intercept=raw.intercept)
+    else:
+        labels, num_classes = bundled_labels(spec.dataset, ids)
+    info: dict[str, Any] = label_info(labels, labels[tr], labels[te], num_classes)
+    info.update(num_numeric=len(num_names), num_categorical=len(cat_names))
+    info.update(extra)
+    info["seed"] = int(spec.seed)
+    return LabelView(
+        train_labels=labels[tr],
+        test_labels=labels[te],
+        num_classes=num_classes,
+        train_ids=_frozen(ids[tr]),
+        test_ids=_frozen(ids[te]),
+        info=info,
+    )
+
+
+def _ctr_label_view(
+    spec: DataSpec, cache_dir: str | None, num_numeric: int, num_categorical: int
+) -> LabelView:
+    """The label column of a Criteo/Avazu file (no feature column converted)."""
+    from tpsl_flwr.data.ctr_views import encode_side, side_info, side_membership
+
+    fmt, enc = encode_side(
+        spec.dataset,
+        spec.data_path,
+        columns=(),
+        labels=True,
+        rows=spec.rows,
+        seed=int(spec.seed),
+        test_fraction=spec.test_fraction,
+        split=spec.split,
+        hash_buckets=spec.hash_buckets,
+        cache_dir=cache_dir,
+    )
+    tr, te = side_membership(
+        enc,
+        split=spec.split,
+        seed=int(spec.seed),
+        test_fraction=spec.test_fraction,
+        source=spec.data_path,
+    )
+    assert enc.labels is not None
+    labels = np.asarray(enc.labels).astype(np.int64)
+    info: dict[str, Any] = label_info(labels, labels[tr], labels[te], 2)
+    info.update(num_numeric=num_numeric, num_categorical=num_categorical)
+    info.update(side_info(fmt, enc, spec.split))
+    info["seed"] = int(spec.seed)
+    return LabelView(
+        train_labels=labels[tr],
+        test_labels=labels[te],
+        num_classes=2,
+        train_ids=_frozen(tr),
+        test_ids=_frozen(te),
+        info=info,
+    )
+
+
+def _frozen(ids: np.ndarray) -> np.ndarray:
+    """A read-only int64 copy: the ids fix the noise, nobody may edit them."""
+    out = np.array(ids, dtype=np.int64)
+    out.setflags(write=False)
+    return out
