@@ -43,7 +43,7 @@ from typing import Any
 
 import tomli
 
-from tpsl_flwr.simulations.launch import find_launched_processes, run_flwr_simulation
+from tpsl_flwr.engines.launch import find_launched_processes, run_flwr_simulation
 
 APP_DIR = Path(__file__).resolve().parents[1]
 TARGET = 0.5
@@ -77,10 +77,10 @@ def run_config(
 
 def inprocess_worker(config_json: str) -> None:
     """Run one experiment on the in-process engine (in a fresh process)."""
+    from tpsl_flwr.engines.inprocess import InProcessGrid
+    from tpsl_flwr.experiments.config import ExperimentConfig
+    from tpsl_flwr.experiments.experiment import run_label_party
     from tpsl_flwr.simulations.client_app import app as client_app
-    from tpsl_flwr.simulations.config import ExperimentConfig
-    from tpsl_flwr.simulations.experiment import run_label_party
-    from tpsl_flwr.simulations.inprocess import InProcessGrid
 
     merged = {**app_defaults(), **json.loads(config_json)}
     cfg = ExperimentConfig.from_run_config(merged)

@@ -109,7 +109,7 @@ def measure(kind: str, path: str, cache_dir: str) -> dict[str, float]:
         sep = "," if path.endswith(".csv") else "\t"
         rows = len(pd.read_csv(path, sep=sep, header=None, names=NAMES))
     else:
-        from tpsl_flwr.data.criteo import load_criteo
+        from tpsl_flwr.data.ctr.criteo import load_criteo
 
         if kind != "import":
             wall, cpu = time.perf_counter(), _cpu()
@@ -148,7 +148,7 @@ def main() -> None:
         print(json.dumps(measure(*args.measure)))
         return
 
-    from tpsl_flwr.data.ctr_generator import write_criteo
+    from tpsl_flwr.testing.ctr_generator import write_criteo
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.keep) if args.keep else Path(tmp)

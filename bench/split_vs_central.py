@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from tpsl_flwr.data import partition_columns, party_features
+from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.models import BottomModel, TopModel, num_outputs_for
-from tpsl_flwr.simulations.config import ExperimentConfig
 
 TARGET = 0.8
 
@@ -75,9 +75,9 @@ def _config(
 
 def split_rate(cfg: ExperimentConfig) -> float:
     """Samples/s of one in-process TPSL epoch."""
+    from tpsl_flwr.engines.inprocess import InProcessGrid
+    from tpsl_flwr.experiments.experiment import run_label_party
     from tpsl_flwr.simulations.client_app import app as client_app
-    from tpsl_flwr.simulations.experiment import run_label_party
-    from tpsl_flwr.simulations.inprocess import InProcessGrid
 
     grid = InProcessGrid(client_app, cfg.num_parties, run_config=cfg.to_run_config())
     results = grid.run_server(lambda g, _c: run_label_party(g, cfg, engine="local"))

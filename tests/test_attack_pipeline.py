@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from tpsl_flwr.simulations.attacker_mod import attack_transcript
 from tpsl_flwr.simulations.cli import main
+from tpsl_flwr.wire.recorder import attack_transcript
 
 
 @pytest.mark.parametrize("mechanism", ["none", "laplace"])

@@ -7,16 +7,16 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from tpsl_flwr import protocol as P
 from tpsl_flwr.attacks import BatchRecord, attack_report
+from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.errors import ConfigError, ProtocolError
-from tpsl_flwr.simulations.attacker_mod import (
+from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.recorder import (
     attack_transcript,
     load_transcript,
     party_folder,
     record_transcript,
 )
-from tpsl_flwr.simulations.inprocess import InProcessGrid
 
 WIDTH = 3
 

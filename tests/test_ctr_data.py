@@ -25,12 +25,11 @@ from tpsl_flwr.data import (
     load_dataset,
     partition_columns,
     party_features,
-    write_avazu,
-    write_criteo,
 )
-from tpsl_flwr.data.ctr_formats import AVAZU_COLUMNS, CRITEO_CATEGORICAL, CRITEO_NUMERIC
+from tpsl_flwr.data.ctr.formats import AVAZU_COLUMNS, CRITEO_CATEGORICAL, CRITEO_NUMERIC
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.models import BottomModel, TopModel
+from tpsl_flwr.testing import write_avazu, write_criteo
 
 BUCKETS = 1000
 _M = (1 << 64) - 1
@@ -349,7 +348,7 @@ def test_bad_integer_names_line_and_column(criteo_file: Path, tmp_path: Path) ->
 
 def test_bad_row_past_the_first_chunk(tmp_path: Path, monkeypatch) -> None:
     # Prepare: small chunks, so the bad line sits in a later chunk
-    import tpsl_flwr.data.ctr_reader as reader
+    import tpsl_flwr.data.ctr.reader as reader
 
     monkeypatch.setattr(reader, "BLOCK_BYTES", 4096)
     lines = [_criteo_line(str(i % 2)) for i in range(400)]

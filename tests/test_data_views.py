@@ -26,10 +26,9 @@ from tpsl_flwr.data import (
     make_synthetic_ctr,
     make_synthetic_features,
     partition_columns,
-    write_avazu,
-    write_criteo,
 )
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.testing import write_avazu, write_criteo
 
 _M = (1 << 64) - 1
 
@@ -330,7 +329,8 @@ def test_party_view_never_touches_labels(
     # Prepare: every label path raises
     import sklearn.datasets
 
-    from tpsl_flwr.data import builtin, bundled, ctr_files, synthetic, views
+    from tpsl_flwr.data import builtin, bundled, synthetic, views
+    from tpsl_flwr.data.ctr import files as ctr_files
 
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("a label was touched")

@@ -22,14 +22,8 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.task_identity import TaskIdentity
 
-from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.keyed_noise import NoiseKey
-from tpsl_flwr.label_store import LabelStore
-from tpsl_flwr.simulations.client_app import app as tpsl_client_app
-from tpsl_flwr.simulations.config import ExperimentConfig
-from tpsl_flwr.simulations.experiment import run_label_party
-from tpsl_flwr.simulations.inprocess import InProcessGrid, run_inprocess
-from tpsl_flwr.simulations.launch import (
+from tpsl_flwr.engines.inprocess import InProcessGrid, run_inprocess
+from tpsl_flwr.engines.launch import (
     CompletedRun,
     DeploymentRuntime,
     FlowerLaunchError,
@@ -37,6 +31,12 @@ from tpsl_flwr.simulations.launch import (
     offline_flower_env,
     run_flwr_simulation,
 )
+from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.experiment import run_label_party
+from tpsl_flwr.keyed_noise import NoiseKey
+from tpsl_flwr.label_store import LabelStore
+from tpsl_flwr.simulations.client_app import app as tpsl_client_app
 
 APP_DIR = Path(__file__).parents[1]
 """The repo root: its pyproject.toml declares the TPSL Flower app."""

@@ -13,8 +13,8 @@ from flwr.app import (
     RecordDict,
 )
 
-from tpsl_flwr.simulations.inprocess import InProcessGrid
-from tpsl_flwr.simulations.message_copy import copy_message, copy_records
+from tpsl_flwr.engines.inprocess import InProcessGrid
+from tpsl_flwr.engines.message_copy import copy_message, copy_records
 
 
 def _records() -> RecordDict:

@@ -6,20 +6,20 @@ import stat
 import numpy as np
 import pytest
 
+from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.errors import ConfigError, PrivacyError
+from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.experiment import run_label_party
+from tpsl_flwr.experiments.sweep import SweepConfig
 from tpsl_flwr.simulations.cli import main
-from tpsl_flwr.simulations.client_app import make_client_app
-from tpsl_flwr.simulations.config import ExperimentConfig
-from tpsl_flwr.simulations.experiment import run_label_party
-from tpsl_flwr.simulations.inprocess import InProcessGrid
-from tpsl_flwr.simulations.sweep import SweepConfig
+from tpsl_flwr.simulations.client_app import app as builtin_app
 
 BASE = {"dataset": "breast-cancer", "batch_size": 128, "checkpoint": True}
 
 
 def _run(cfg, app=None):
     grid = InProcessGrid(
-        app or make_client_app(), cfg.num_parties, run_config=cfg.to_run_config()
+        app or builtin_app, cfg.num_parties, run_config=cfg.to_run_config()
     )
     return grid.run_server(lambda g, _c: run_label_party(g, cfg, "local"))
 
@@ -105,7 +105,7 @@ def test_the_label_partys_files_are_private_and_apart_from_the_nodes(finished_ru
 def test_noise_seed_is_not_run_config_and_never_reaches_a_node(tmp_path):
     # Prepare: a seeded run whose nodes record the run config they are given.
     seen = []
-    client = make_client_app()
+    client = builtin_app
 
     def recording(message, context):
         seen.append(dict(context.run_config))
@@ -166,9 +166,9 @@ def test_the_node_process_never_calls_a_label_loader(tmp_path, monkeypatch):
     monkeypatch.setattr(views, "load_label_view", no_labels)
     monkeypatch.setattr("tpsl_flwr.data.load_dataset", no_labels)
     monkeypatch.setattr(
-        "tpsl_flwr.simulations.config.load_label_view", lambda _spec: labels
+        "tpsl_flwr.experiments.config.load_label_view", lambda _spec: labels
     )
-    monkeypatch.setattr("tpsl_flwr.simulations.config.load_dataset", no_labels)
+    monkeypatch.setattr("tpsl_flwr.experiments.config.load_dataset", no_labels)
     # Execute: the whole run, nodes included, trains without one label load
     # outside the label party.
     results = _run(cfg)

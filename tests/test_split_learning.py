@@ -6,16 +6,17 @@ import numpy as np
 import pytest
 import torch
 
-from tpsl_flwr import protocol as P
+from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.errors import ProtocolError
+from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.experiment import build_strategy, run_label_party
 from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.noisy_labels import draw_noisy_labels
 from tpsl_flwr.perturb import candidate_gradients
 from tpsl_flwr.simulations.client_app import app as client_app
-from tpsl_flwr.simulations.client_app import builtin_party, make_client_app
-from tpsl_flwr.simulations.config import ExperimentConfig
-from tpsl_flwr.simulations.experiment import build_strategy, run_label_party
-from tpsl_flwr.simulations.inprocess import InProcessGrid
+from tpsl_flwr.simulations.client_app import builtin_party
+from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.client_app import make_client_app
 
 
 def _run(cfg, app=client_app, **grid_options):
@@ -340,7 +341,7 @@ def test_ids_missing_from_a_nodes_partition_stop_the_run_naming_node_and_id(tmp_
 def test_the_flower_app_config_and_the_python_defaults_agree():
     from pathlib import Path
 
-    from tpsl_flwr.simulations.flower_run import app_config
+    from tpsl_flwr.engines.flower_run import app_config
 
     app = app_config(Path(__file__).parents[1])
     assert app == ExperimentConfig().to_run_config()

@@ -9,11 +9,12 @@ import pytest
 import torch
 from flwr.app import Context, RecordDict
 
+from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.models import BottomModel
-from tpsl_flwr.simulations import client_app as client_app_module
-from tpsl_flwr.simulations.client_app import NonLabelHandlers, builtin_party
-from tpsl_flwr.simulations.config import ExperimentConfig
-from tpsl_flwr.state_codec import UnsupportedStateError, decode_state, encode_state
+from tpsl_flwr.simulations.client_app import builtin_party
+from tpsl_flwr.wire import client_app as client_app_module
+from tpsl_flwr.wire.client_app import NonLabelHandlers
+from tpsl_flwr.wire.state_codec import UnsupportedStateError, decode_state, encode_state
 
 
 def _assert_identical(a: object, b: object) -> None:

@@ -15,14 +15,14 @@ from flwr.app import (
     RecordDict,
 )
 
-from tpsl_flwr import protocol as P
+from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.errors import ConfigError, PrivacyError, ProtocolError
 from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.mechanisms import make_mechanism
 from tpsl_flwr.models import TopModel
 from tpsl_flwr.parties import LabelParty
-from tpsl_flwr.simulations.inprocess import InProcessGrid
 from tpsl_flwr.strategies import TPSLStrategy
+from tpsl_flwr.wire import protocol as P
 
 NODES = {101: 0, 202: 1}  # node id -> partition
 WIDTH = 2

@@ -8,15 +8,15 @@ import pytest
 
 import tpsl_flwr.simulations as sims
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.simulations.cli import main
-from tpsl_flwr.simulations.sweep import (
+from tpsl_flwr.experiments.sweep import (
     CSV_COLUMNS,
     SweepConfig,
     load_sweep,
     run_row,
     run_sweep,
 )
-from tpsl_flwr.simulations.sweep_report import tables_markdown, write_plots
+from tpsl_flwr.experiments.sweep_report import tables_markdown, write_plots
+from tpsl_flwr.simulations.cli import main
 
 TINY = """
 [grid]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flwr.app import Array
 
-from tpsl_flwr.wire_arrays import from_array, to_array
+from tpsl_flwr.wire.arrays import from_array, to_array
 
 CASES = [
     np.arange(7, dtype=np.int64),

@@ -11,8 +11,8 @@ function of the record id alone, so both sides agree on the ids without any
 label leaving the label party.
 
 Criteo and Avazu files are read by :func:`load_criteo` and :func:`load_avazu`
-(pyarrow, imported on first use); :func:`write_criteo` and :func:`write_avazu`
-write synthetic files in those formats.
+(pyarrow, imported on first use); :mod:`tpsl_flwr.testing` writes synthetic
+files in those formats.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from tpsl_flwr.data.builtin import (
     FILE_DATASETS,
     load_dataset,
 )
-from tpsl_flwr.data.ctr_generator import GeneratedFile, write_avazu, write_criteo
-from tpsl_flwr.data.ctr_hashing import DEFAULT_HASH_BUCKETS, hash_tokens
+from tpsl_flwr.data.ctr.hashing import DEFAULT_HASH_BUCKETS, hash_tokens
 from tpsl_flwr.data.membership import hash_is_test, hash_uniform
 from tpsl_flwr.data.partition import PartyColumns, partition_columns, party_features
 from tpsl_flwr.data.preprocess import binary_auc, make_split, standardize
@@ -49,8 +48,8 @@ from tpsl_flwr.data.views import (
 )
 
 if TYPE_CHECKING:
-    from tpsl_flwr.data.avazu import load_avazu
-    from tpsl_flwr.data.criteo import load_criteo
+    from tpsl_flwr.data.ctr.avazu import load_avazu
+    from tpsl_flwr.data.ctr.criteo import load_criteo
 
 __all__ = [
     "ALL_DATASETS",
@@ -60,7 +59,6 @@ __all__ = [
     "FILE_DATASETS",
     "DataSpec",
     "DatasetSplit",
-    "GeneratedFile",
     "LabelView",
     "PartyColumns",
     "PartyFeatures",
@@ -85,13 +83,11 @@ __all__ = [
     "partition_columns",
     "party_features",
     "standardize",
-    "write_avazu",
-    "write_criteo",
 ]
 
 _LAZY = {
-    "load_avazu": "tpsl_flwr.data.avazu",
-    "load_criteo": "tpsl_flwr.data.criteo",
+    "load_avazu": "tpsl_flwr.data.ctr.avazu",
+    "load_criteo": "tpsl_flwr.data.ctr.criteo",
 }
 """Exports whose module imports pyarrow (a quarter of a second): loaded on use."""
 

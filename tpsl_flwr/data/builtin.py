@@ -5,8 +5,8 @@ way: optional seeded row subsample, a train/test membership that is a function o
 the record id (the row number in the source) alone, rows in increasing record-id
 order, numeric columns standardized with train statistics. Nothing is downloaded:
 ``"criteo"`` and ``"avazu"`` read a file the user names with ``data_path`` (see
-:func:`~tpsl_flwr.data.criteo.load_criteo` and
-:func:`~tpsl_flwr.data.avazu.load_avazu`).
+:func:`~tpsl_flwr.data.ctr.criteo.load_criteo` and
+:func:`~tpsl_flwr.data.ctr.avazu.load_avazu`).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def load_dataset(
         them, not accepted for the others.
     hash_buckets : int, optional
         Codes per hashed categorical column of ``"criteo"``/``"avazu"`` (default
-        :data:`~tpsl_flwr.data.ctr_hashing.DEFAULT_HASH_BUCKETS`; code 0 = missing).
+        :data:`~tpsl_flwr.data.ctr.hashing.DEFAULT_HASH_BUCKETS`; code 0 = missing).
     cache_dir : str or Path, optional
         Cache of the encoded file (default ``.tpsl-cache`` beside it).
     split : {"random", "time"}
@@ -199,9 +199,9 @@ def _from_file(
             f"positive_rate={positive_rate!r} for {name!r}"
         )
     # Imported here: pyarrow costs a quarter of a second to import.
-    from tpsl_flwr.data.avazu import load_avazu
-    from tpsl_flwr.data.criteo import load_criteo
-    from tpsl_flwr.data.ctr_hashing import DEFAULT_HASH_BUCKETS
+    from tpsl_flwr.data.ctr.avazu import load_avazu
+    from tpsl_flwr.data.ctr.criteo import load_criteo
+    from tpsl_flwr.data.ctr.hashing import DEFAULT_HASH_BUCKETS
 
     loader = load_criteo if name == "criteo" else load_avazu
     return loader(

@@ -15,7 +15,7 @@ import numpy as np
 
 from tpsl_flwr.data.builtin import ALL_DATASETS, FILE_DATASETS
 from tpsl_flwr.data.bundled import bundled_columns
-from tpsl_flwr.data.ctr_formats import AVAZU, CRITEO_CATEGORICAL, CRITEO_NUMERIC
+from tpsl_flwr.data.ctr.formats import AVAZU, CRITEO_CATEGORICAL, CRITEO_NUMERIC
 from tpsl_flwr.data.membership import check_fraction
 from tpsl_flwr.errors import ConfigError
 

@@ -332,7 +332,7 @@ def _ctr_party_view(
     spec: DataSpec, columns: tuple[str, ...], cache_dir: str | None
 ) -> PartyView:
     """A party's columns of a Criteo/Avazu file (label column never converted)."""
-    from tpsl_flwr.data.ctr_views import encode_side, side_membership
+    from tpsl_flwr.data.ctr.views import encode_side, side_membership
 
     _, enc = encode_side(
         spec.dataset,
@@ -409,7 +409,7 @@ def _ctr_label_view(
     spec: DataSpec, cache_dir: str | None, num_numeric: int, num_categorical: int
 ) -> LabelView:
     """The label column of a Criteo/Avazu file (no feature column converted)."""
-    from tpsl_flwr.data.ctr_views import encode_side, side_info, side_membership
+    from tpsl_flwr.data.ctr.views import encode_side, side_info, side_membership
 
     fmt, enc = encode_side(
         spec.dataset,

@@ -6,7 +6,7 @@ Sub-commands:
   and check it against the ``epsilon``-DP ceiling (exit 1 on a violation).
 * ``simulate`` — one experiment on the in-process or the Ray engine.
 * ``sweep`` — a grid of experiments from a TOML file, resumable, with the
-  paper's tables and Figure 5 (:mod:`tpsl_flwr.simulations.sweep`).
+  paper's tables and Figure 5 (:mod:`tpsl_flwr.experiments.sweep`).
 * ``flower-run`` — ``flwr run`` of the app on Flower's Ray simulation, offline,
   with every process it started ended afterwards.
 
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpsl_flwr.errors import TPSLError
+from tpsl_flwr.experiments.run_report import format_cell
 from tpsl_flwr.mechanisms import MECHANISMS, make_mechanism
-from tpsl_flwr.simulations.run_report import format_cell
 
 EXIT_VIOLATION = 1
 EXIT_USAGE = 2
@@ -145,7 +145,7 @@ def _add_sweep(commands: Any) -> None:
 def _run_sweep(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tpsl_flwr.simulations.sweep import describe, load_sweep, run_sweep
+    from tpsl_flwr.experiments.sweep import describe, load_sweep, run_sweep
 
     grid = load_sweep(args.config)
     out = args.out_dir or f"sweep-{Path(args.config).stem}"
@@ -166,7 +166,7 @@ def _add_simulate(commands: Any) -> None:
         help="run one TPSL experiment (in-process or Ray engine)",
         description=(
             "Train a split model with GradPerturb and write the results JSON. "
-            "Unset flags take the defaults of tpsl_flwr.simulations.config."
+            "Unset flags take the defaults of tpsl_flwr.experiments.config."
         ),
     )
     add = sim.add_argument
@@ -303,7 +303,7 @@ def _add_simulate(commands: Any) -> None:
 def _run_attack(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from tpsl_flwr.simulations.attacker_mod import attack_transcript
+    from tpsl_flwr.wire.recorder import attack_transcript
 
     labels = np.load(args.labels)
     reports = attack_transcript(args.transcript, labels, args.partition)
@@ -326,7 +326,7 @@ _NOT_CONFIG = {"command", "handler", "engine", "json"}
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    from tpsl_flwr.simulations.config import ExperimentConfig
+    from tpsl_flwr.experiments.config import ExperimentConfig
 
     given = {
         name: value
@@ -336,8 +336,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
     cfg = ExperimentConfig(**given)
     quiet = args.json == "-"
     if args.engine == "ray":
-        from tpsl_flwr.simulations.experiment import provide_seeded_key
-        from tpsl_flwr.simulations.flower_run import run_on_ray
+        from tpsl_flwr.engines.flower_run import run_on_ray
+        from tpsl_flwr.experiments.experiment import provide_seeded_key
 
         provide_seeded_key(cfg)  # the label party's file; the seed stays here
         results = run_on_ray(cfg.to_run_config(), echo=None if quiet else sys.stdout)
@@ -354,9 +354,9 @@ def _run_local(cfg: Any, quiet: bool) -> dict[str, Any]:
     import torch
     from flwr.common.logger import FLOWER_LOGGER
 
+    from tpsl_flwr.engines.inprocess import InProcessGrid
+    from tpsl_flwr.experiments.experiment import run_label_party
     from tpsl_flwr.simulations.client_app import app as client_app
-    from tpsl_flwr.simulations.experiment import run_label_party
-    from tpsl_flwr.simulations.inprocess import InProcessGrid
 
     if quiet:
         FLOWER_LOGGER.setLevel(logging.WARNING)
@@ -416,9 +416,9 @@ def _run_flower(args: argparse.Namespace) -> int:
     import dataclasses
     from pathlib import Path
 
-    from tpsl_flwr.simulations.config import ExperimentConfig
-    from tpsl_flwr.simulations.experiment import provide_seeded_key
-    from tpsl_flwr.simulations.flower_run import app_config, run_on_ray, source_app_dir
+    from tpsl_flwr.engines.flower_run import app_config, run_on_ray, source_app_dir
+    from tpsl_flwr.experiments.config import ExperimentConfig
+    from tpsl_flwr.experiments.experiment import provide_seeded_key
 
     app_dir = source_app_dir() if args.app_dir is None else Path(args.app_dir)
     # A simulation audits its transcript unless told otherwise.
@@ -440,7 +440,7 @@ def _run_flower(args: argparse.Namespace) -> int:
 
 
 def _run_audit(args: argparse.Namespace) -> int:
-    from tpsl_flwr.audit import run_audit
+    from tpsl_flwr.attacks.audit import run_audit
 
     epsilon = args.epsilon
     if epsilon is None and args.mechanism in ("laplace", "discrete"):

@@ -8,8 +8,8 @@ from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from tpsl_flwr.simulations.config import ExperimentConfig
-from tpsl_flwr.simulations.experiment import RESULTS_FILE, run_label_party
+from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.experiment import RESULTS_FILE, run_label_party
 
 app = ServerApp()
 

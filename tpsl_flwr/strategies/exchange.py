@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from tpsl_flwr.protocol import check_outgoing
 from tpsl_flwr.validation import check_positive_finite
+from tpsl_flwr.wire.protocol import check_outgoing
 
 __all__ = ["FIRST_INTERVAL", "MAX_INTERVAL", "exchange"]
 
@@ -61,7 +61,7 @@ def exchange(
         If ``max_interval`` is not a positive, finite number.
     PrivacyError
         If a message holds anything the protocol's allow-list does not
-        (:func:`~tpsl_flwr.protocol.check_outgoing`); nothing is sent then.
+        (:func:`~tpsl_flwr.wire.protocol.check_outgoing`); nothing is sent then.
     """
     max_interval = check_positive_finite(max_interval, "max_interval")
     outgoing = list(messages)

@@ -33,13 +33,15 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from tpsl_flwr import protocol as P
 from tpsl_flwr.accounting import privacy_spent
+from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.metrics import classification_metrics
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange
-from tpsl_flwr.strategies.node_messages import (
+from tpsl_flwr.validation import check_int, check_positive_finite
+from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.label_side import (
     Node,
     check_replies,
     describe_nodes,
@@ -47,8 +49,6 @@ from tpsl_flwr.strategies.node_messages import (
     hello_messages,
     step_message,
 )
-from tpsl_flwr.transcript_audit import TranscriptAudit
-from tpsl_flwr.validation import check_int, check_positive_finite
 
 EpochCallback = Callable[[int, dict[str, Any]], None]
 

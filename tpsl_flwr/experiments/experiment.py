@@ -18,12 +18,12 @@ from flwr.serverapp import Grid
 
 from tpsl_flwr.accounting import privacy_spent
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.run_report import write_report
 from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.label_store import LabelStore, NoiseBinding
 from tpsl_flwr.models import TopModel, num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
-from tpsl_flwr.simulations.config import ExperimentConfig
-from tpsl_flwr.simulations.run_report import write_report
 from tpsl_flwr.strategies import TPSLStrategy
 
 RESULTS_FILE = "results.json"

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from tpsl_flwr.data.ctr_formats import AVAZU
-from tpsl_flwr.data.ctr_hashing import DEFAULT_HASH_BUCKETS
-from tpsl_flwr.data.ctr_load import load_ctr
+from tpsl_flwr.data.ctr.formats import AVAZU
+from tpsl_flwr.data.ctr.hashing import DEFAULT_HASH_BUCKETS
+from tpsl_flwr.data.ctr.load import load_ctr
 from tpsl_flwr.data.tabular import DatasetSplit
 
 __all__ = ["load_avazu"]
@@ -69,7 +69,7 @@ def load_avazu(
     DatasetSplit
         Named ``"avazu"``: no numeric column, 22 categorical columns (``hour``
         first, then ``C1``, ``banner_pos``, ..., ``C21``); ``info`` as for
-        :func:`~tpsl_flwr.data.criteo.load_criteo`.
+        :func:`~tpsl_flwr.data.ctr.criteo.load_criteo`.
 
     Raises
     ------

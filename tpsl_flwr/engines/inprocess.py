@@ -44,7 +44,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from tpsl_flwr.simulations.message_copy import copy_message, copy_records
+from tpsl_flwr.engines.message_copy import copy_message, copy_records
 
 __all__ = [
     "ClientAppCallable",

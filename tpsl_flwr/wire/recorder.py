@@ -3,10 +3,10 @@
 :func:`record_transcript` is a Flower ClientApp *mod* (``(msg, context,
 call_next) -> Message``, :data:`flwr.clientapp.typing.Mod`): put it in
 ``ClientApp(mods=[record_transcript("transcripts")])`` and every message
-carrying gradients (:data:`tpsl_flwr.protocol.GRADS`) that the node receives
+carrying gradients (:data:`tpsl_flwr.wire.protocol.GRADS`) that the node receives
 is saved, before the node handles it, as
 ``<directory>/party-<partition-id>/msg-<counter>.npz`` with the arrays
-``epoch`` (from :data:`tpsl_flwr.protocol.CONFIG`; -1 if absent) and, for each
+``epoch`` (from :data:`tpsl_flwr.wire.protocol.CONFIG`; -1 if absent) and, for each
 batch ``j``, ``ids-j`` and ``grad-j`` exactly as received. The mod changes
 neither the message nor the reply. Counters increase in the order the node
 received the messages; a file is created exclusively, so nothing is ever
@@ -32,9 +32,9 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp.typing import ClientAppCallable, Mod
 from numpy.typing import ArrayLike
 
-from tpsl_flwr import protocol as P
 from tpsl_flwr.attacks import BatchRecord, attack_report
 from tpsl_flwr.errors import ConfigError, ProtocolError
+from tpsl_flwr.wire import protocol as P
 
 _FILE = re.compile(r"^msg-(\d+)\.npz$")
 

@@ -1,10 +1,10 @@
 """Encode a CTR file chunk by chunk, and cache the encoded arrays.
 
-pyarrow's streaming CSV reader (:mod:`~tpsl_flwr.data.ctr_reader`) hands over
+pyarrow's streaming CSV reader (:mod:`~tpsl_flwr.data.ctr.reader`) hands over
 chunks of raw bytes; labels and counts are parsed and tokens hashed straight from
-Arrow's buffers (:mod:`~tpsl_flwr.data.ctr_parse`,
-:mod:`~tpsl_flwr.data.ctr_hashing`) and appended to ``.npy`` files
-(:mod:`~tpsl_flwr.data.ctr_cache`): memory is bounded by one chunk whatever the
+Arrow's buffers (:mod:`~tpsl_flwr.data.ctr.parse`,
+:mod:`~tpsl_flwr.data.ctr.hashing`) and appended to ``.npy`` files
+(:mod:`~tpsl_flwr.data.ctr.cache`): memory is bounded by one chunk whatever the
 file's size, and no Python object is made per row.
 
 Why pyarrow: streaming a 1M-row Criteo file (232 MiB) with every column as text
@@ -28,20 +28,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tpsl_flwr.data.ctr_cache import CACHE_VERSION, CacheEntry, cache_key, open_entry
-from tpsl_flwr.data.ctr_formats import CTRFormat
-from tpsl_flwr.data.ctr_hashing import (
+from tpsl_flwr.data.ctr.cache import CACHE_VERSION, CacheEntry, cache_key, open_entry
+from tpsl_flwr.data.ctr.formats import CTRFormat
+from tpsl_flwr.data.ctr.hashing import (
     count_transform,
     hash_buckets_of,
 )
-from tpsl_flwr.data.ctr_parse import (
+from tpsl_flwr.data.ctr.parse import (
     Field,
     field_of,
     parse_hours,
     parse_ints,
     parse_labels,
 )
-from tpsl_flwr.data.ctr_reader import Reader
+from tpsl_flwr.data.ctr.reader import Reader
 from tpsl_flwr.errors import ConfigError
 
 __all__ = ["EncodedFile", "encode_file"]

@@ -7,11 +7,11 @@
 * Figure 5: test AUC vs epsilon (Laplace, Discrete; spread over seeds, the
   no-protection level drawn) and test AUC vs SDA AUC (all three mechanisms);
 * with a ``rows`` axis (some dataset at two sizes or more): utility vs
-  training-set size (:mod:`tpsl_flwr.simulations.sweep_scale`).
+  training-set size (:mod:`tpsl_flwr.experiments.sweep_scale`).
 
 Tables and panels go per dataset, or per dataset and size when a dataset was
 run at several sizes; cells are described in
-:mod:`tpsl_flwr.simulations.sweep_stats`.
+:mod:`tpsl_flwr.experiments.sweep_stats`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from tpsl_flwr.closed_forms import auc_bound
-from tpsl_flwr.simulations.sweep_scale import plot_utility_vs_rows, scale_markdown
-from tpsl_flwr.simulations.sweep_stats import (
+from tpsl_flwr.experiments.sweep_scale import plot_utility_vs_rows, scale_markdown
+from tpsl_flwr.experiments.sweep_stats import (
     COLORS,
     PROTECTED,
     UTILITY_LABEL,

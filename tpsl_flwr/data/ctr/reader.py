@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from tpsl_flwr.data.ctr_formats import CTRFormat
+from tpsl_flwr.data.ctr.formats import CTRFormat
 from tpsl_flwr.errors import ConfigError
 
 __all__ = ["BLOCK_BYTES", "Reader", "first_line"]

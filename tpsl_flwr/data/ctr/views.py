@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from tpsl_flwr.data.criteo import criteo_format
-from tpsl_flwr.data.ctr_files import EncodedFile, EncodeOptions, encode_file
-from tpsl_flwr.data.ctr_formats import AVAZU, CTRFormat
-from tpsl_flwr.data.ctr_hashing import DEFAULT_HASH_BUCKETS
-from tpsl_flwr.data.ctr_load import (
+from tpsl_flwr.data.ctr.criteo import criteo_format
+from tpsl_flwr.data.ctr.files import EncodedFile, EncodeOptions, encode_file
+from tpsl_flwr.data.ctr.formats import AVAZU, CTRFormat
+from tpsl_flwr.data.ctr.hashing import DEFAULT_HASH_BUCKETS
+from tpsl_flwr.data.ctr.load import (
     check_args,
     check_header,
     check_path,
@@ -147,7 +147,7 @@ def side_membership(
 
 
 def side_info(fmt: CTRFormat, enc: EncodedFile, split: str) -> dict[str, Any]:
-    """Facts about a read, as :func:`~tpsl_flwr.data.criteo.load_criteo` gives.
+    """Facts about a read, as :func:`~tpsl_flwr.data.ctr.criteo.load_criteo` gives.
 
     Parameters
     ----------

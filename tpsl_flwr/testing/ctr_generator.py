@@ -29,9 +29,9 @@ from typing import BinaryIO
 import numpy as np
 from scipy.special import expit
 
-from tpsl_flwr.data.ctr_formats import AVAZU_COLUMNS, CRITEO_KAGGLE
-from tpsl_flwr.data.ctr_hashing import fmix64
-from tpsl_flwr.data.ctr_shapes import (
+from tpsl_flwr.data.ctr.formats import AVAZU_COLUMNS, CRITEO_KAGGLE
+from tpsl_flwr.data.ctr.hashing import fmix64
+from tpsl_flwr.data.ctr.shapes import (
     AVAZU_EFFECTS,
     AVAZU_INT_BASE,
     AVAZU_VALUES,
@@ -40,7 +40,7 @@ from tpsl_flwr.data.ctr_shapes import (
     CRITEO_EFFECTS,
     CRITEO_NUMERIC_SHAPE,
 )
-from tpsl_flwr.data.ctr_text import format_hex8, format_ints, join_rows
+from tpsl_flwr.data.ctr.text import format_hex8, format_ints, join_rows
 from tpsl_flwr.errors import ConfigError
 
 __all__ = ["GeneratedFile", "write_avazu", "write_criteo"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tpsl_flwr.simulations.sweep_stats import (
+from tpsl_flwr.experiments.sweep_stats import (
     COLORS,
     PROTECTED,
     UTILITY_LABEL,

@@ -1,7 +1,7 @@
 """From a CTR file on disk to a :class:`~tpsl_flwr.data.tabular.DatasetSplit`.
 
-Shared by :func:`~tpsl_flwr.data.criteo.load_criteo` and
-:func:`~tpsl_flwr.data.avazu.load_avazu`: argument checks, the header check,
+Shared by :func:`~tpsl_flwr.data.ctr.criteo.load_criteo` and
+:func:`~tpsl_flwr.data.ctr.avazu.load_avazu`: argument checks, the header check,
 encoding (or the cache), then the split. Numeric columns are standardized with the
 *train* mean and standard deviation, as for every dataset of the project.
 
@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from tpsl_flwr.data.ctr_files import EncodedFile, EncodeOptions, encode_file
-from tpsl_flwr.data.ctr_formats import CTRFormat
-from tpsl_flwr.data.ctr_hashing import DEFAULT_HASH_BUCKETS
-from tpsl_flwr.data.ctr_reader import first_line
+from tpsl_flwr.data.ctr.files import EncodedFile, EncodeOptions, encode_file
+from tpsl_flwr.data.ctr.formats import CTRFormat
+from tpsl_flwr.data.ctr.hashing import DEFAULT_HASH_BUCKETS
+from tpsl_flwr.data.ctr.reader import first_line
 from tpsl_flwr.data.membership import (
     hash_is_test,
     last_days_is_test,
@@ -61,7 +61,7 @@ def resolve_buckets(
     ----------
     hash_buckets : int or mapping of str to int
         One count for every column, or counts by column name (columns it does not
-        name get :data:`~tpsl_flwr.data.ctr_hashing.DEFAULT_HASH_BUCKETS`).
+        name get :data:`~tpsl_flwr.data.ctr.hashing.DEFAULT_HASH_BUCKETS`).
     columns : tuple of str
         The hashed columns.
 

@@ -2,7 +2,7 @@
 
 Builds the messages :class:`~tpsl_flwr.strategies.TPSLStrategy` sends (only
 sample ids, perturbed gradient slices and public config, see
-:mod:`tpsl_flwr.protocol`) and checks every reply, naming the node and its
+:mod:`tpsl_flwr.wire.protocol`) and checks every reply, naming the node and its
 partition in each error.
 """
 
@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
-from tpsl_flwr import protocol as P
 from tpsl_flwr.errors import ProtocolError
-from tpsl_flwr.wire_arrays import from_array, to_array
+from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.arrays import from_array, to_array
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A grid of TPSL experiments from one TOML file: run, resume, tabulate, plot.
 
 The TOML file has a ``[grid]`` table (what varies) and an ``[experiment]``
-table (shared settings: any :class:`~tpsl_flwr.simulations.config.ExperimentConfig`
+table (shared settings: any :class:`~tpsl_flwr.experiments.config.ExperimentConfig`
 field, kebab-case)::
 
     [grid]
@@ -23,8 +23,8 @@ report adds utility vs training-set size). Each run writes
 ``<out>/runs/<run-name>/results.json``; a run whose results file exists and
 parses is skipped, so an interrupted sweep resumes where it stopped. Then
 ``runs.csv``, ``tables.md`` (the paper's Tables 1-3) and the Figure 5 plots are
-written from every finished run (:mod:`tpsl_flwr.simulations.sweep_report`,
-:mod:`~tpsl_flwr.simulations.sweep_scale`).
+written from every finished run (:mod:`tpsl_flwr.experiments.sweep_report`,
+:mod:`~tpsl_flwr.experiments.sweep_scale`).
 
 A ``noise-seed >= 0`` in ``[experiment]`` is a sweep setting, not run config:
 each run's key is derived from it and the run's name (:func:`run_noise_seed`),
@@ -52,8 +52,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.mechanisms import MECHANISMS
-from tpsl_flwr.simulations.config import ExperimentConfig
 
 __all__ = [
     "CSV_COLUMNS",
@@ -382,9 +382,9 @@ def finished(spec: RunSpec) -> dict[str, Any] | None:
 
 def run_local(cfg: ExperimentConfig) -> dict[str, Any]:
     """One experiment on the in-process engine (``simulate --engine local``)."""
+    from tpsl_flwr.engines.inprocess import InProcessGrid
+    from tpsl_flwr.experiments.experiment import run_label_party
     from tpsl_flwr.simulations.client_app import app as client_app
-    from tpsl_flwr.simulations.experiment import run_label_party
-    from tpsl_flwr.simulations.inprocess import InProcessGrid
 
     grid = InProcessGrid(client_app, cfg.num_parties, run_config=cfg.to_run_config())
     results: dict[str, Any] = grid.run_server(
@@ -395,8 +395,8 @@ def run_local(cfg: ExperimentConfig) -> dict[str, Any]:
 
 def run_ray(cfg: ExperimentConfig) -> dict[str, Any]:
     """One experiment on Flower's Ray simulation (``flwr run``)."""
-    from tpsl_flwr.simulations.experiment import provide_seeded_key
-    from tpsl_flwr.simulations.flower_run import run_on_ray
+    from tpsl_flwr.engines.flower_run import run_on_ray
+    from tpsl_flwr.experiments.experiment import provide_seeded_key
 
     provide_seeded_key(cfg)
     return run_on_ray(cfg.to_run_config(), echo=None)
@@ -485,7 +485,7 @@ def run_sweep(
     from flwr.common.logger import FLOWER_LOGGER
     from tqdm import tqdm
 
-    from tpsl_flwr.simulations.sweep_report import write_plots, write_tables
+    from tpsl_flwr.experiments.sweep_report import write_plots, write_tables
 
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")

@@ -6,7 +6,7 @@ the Kaggle CSV variant (header ``Id,Label,I1..I13,C1..C26``), plain or gzip
 the file. Counts become ``sign(x) log(1 + |x|)`` (missing: 0) and are then
 standardized with train statistics; categorical tokens are hashed into
 ``hash_buckets`` codes with code 0 for a missing field
-(:mod:`~tpsl_flwr.data.ctr_hashing`). Columns keep their original names
+(:mod:`~tpsl_flwr.data.ctr.hashing`). Columns keep their original names
 (``I1``.., ``C1``..), so :func:`~tpsl_flwr.data.partition_columns` can assign them
 to parties by name.
 """
@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from tpsl_flwr.data.ctr_formats import CRITEO_KAGGLE, CRITEO_TSV, CTRFormat
-from tpsl_flwr.data.ctr_hashing import DEFAULT_HASH_BUCKETS
-from tpsl_flwr.data.ctr_load import check_path, load_ctr
-from tpsl_flwr.data.ctr_reader import first_line
+from tpsl_flwr.data.ctr.formats import CRITEO_KAGGLE, CRITEO_TSV, CTRFormat
+from tpsl_flwr.data.ctr.hashing import DEFAULT_HASH_BUCKETS
+from tpsl_flwr.data.ctr.load import check_path, load_ctr
+from tpsl_flwr.data.ctr.reader import first_line
 from tpsl_flwr.data.tabular import DatasetSplit
 from tpsl_flwr.errors import ConfigError
 
@@ -43,8 +43,8 @@ def criteo_format(path: str | Path, variant: str = "auto") -> CTRFormat:
     Returns
     -------
     CTRFormat
-        :data:`~tpsl_flwr.data.ctr_formats.CRITEO_TSV` or
-        :data:`~tpsl_flwr.data.ctr_formats.CRITEO_KAGGLE`.
+        :data:`~tpsl_flwr.data.ctr.formats.CRITEO_TSV` or
+        :data:`~tpsl_flwr.data.ctr.formats.CRITEO_KAGGLE`.
 
     Raises
     ------
@@ -134,7 +134,7 @@ def load_criteo(
     Examples
     --------
     >>> import tempfile
-    >>> from tpsl_flwr.data import write_criteo
+    >>> from tpsl_flwr.testing import write_criteo
     >>> with tempfile.TemporaryDirectory() as d:
     ...     _ = write_criteo(f"{d}/train.txt", 500, seed=0)
     ...     s = load_criteo(f"{d}/train.txt", hash_buckets=1000)
