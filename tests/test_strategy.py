@@ -322,3 +322,96 @@ def test_a_message_off_the_allow_list_stops_the_run_before_it_leaves(
     with pytest.raises(PrivacyError, match=match):
         strategy.start(grid=grid, timeout=5)
     assert {m.metadata.message_type for m in grid.sent} == {P.MSG_HELLO}
+
+
+@pytest.mark.parametrize("name", ["train_config", "evaluate_config"])
+def test_start_refuses_configs_it_would_have_to_send(identity, name):
+    strategy = make_strategy()
+    with pytest.raises(ConfigError, match=f"does not send {name}"):
+        strategy.start(grid=FakeGrid(honest), **{name: ConfigRecord({"lr": 0.1})})
+
+
+def test_start_honours_evaluate_fn_and_returns_the_privacy(identity):
+    strategy = make_strategy(epochs=2)
+    calls = []
+
+    def evaluate_fn(epoch, arrays):
+        calls.append((epoch, sorted(arrays)))
+        return MetricRecord({"central_score": float(epoch)})
+
+    result = strategy.start(grid=FakeGrid(honest), evaluate_fn=evaluate_fn)
+    assert [c[0] for c in calls] == [1, 2]
+    assert calls[0][1] == sorted(strategy.party.top.state_dict())
+    assert [h["central_score"] for h in strategy.history] == [1.0, 2.0]
+    assert result.evaluate_metrics_serverapp[2]["central_score"] == 2.0
+    assert result.epsilon_spent == 1.0
+    assert result.privacy is not None and result.privacy.auc_bound == pytest.approx(
+        math.e / (1 + math.e)
+    )
+
+
+def test_an_embedded_strategy_checkpoints_and_resumes_through_its_store(
+    identity, tmp_path
+):
+    # Prepare: an embedder's own binding, store and first run of one epoch.
+    from tpsl_flwr.label_store import LabelStore, NoiseBinding
+
+    mechanism = make_mechanism("laplace", epsilon=1.0)
+    binding = NoiseBinding.of(
+        mechanism=mechanism,
+        placement="logits",
+        reuse_noise=True,
+        id_space={"ids": "mine-v1"},
+    )
+    store = LabelStore(tmp_path / "label-party")
+
+    def embedded(resume, epochs):
+        release = store.open_release(binding, resume=resume)
+        torch.manual_seed(0)
+        party = LabelParty(
+            TopModel(2 * WIDTH, hidden=(8,), num_outputs=1),
+            np.arange(20) % 2,
+            mechanism,
+            release.key,
+        )
+        return TPSLStrategy(
+            party,
+            batch_size=8,
+            epochs=epochs,
+            num_nodes=2,
+            node_wait=0.5,
+            store=store,
+            release=release,
+        )
+
+    first = embedded(resume=False, epochs=1)
+    first.start(grid=FakeGrid(honest))
+    # Execute
+    second = embedded(resume=True, epochs=2)
+    grid = FakeGrid(honest)
+    second.start(grid=grid)
+    # Assert: epoch 1 was restored, only epoch 2 ran, the nodes were told to
+    # resume and to checkpoint, and the key is the first run's.
+    assert second.start_epoch == 1
+    assert [h["epoch"] for h in second.history] == [1, 2]
+    assert second.history[0] == first.history[0]
+    assert second.party.key == first.party.key
+    hello = [m for m in grid.sent if m.metadata.message_type == P.MSG_HELLO]
+    assert all(m.content[P.CONFIG][P.RESUME_EPOCH] == 1 for m in hello)
+    queries = [m for m in grid.sent if m.metadata.message_type == P.MSG_EMBED_TEST]
+    assert all(m.content[P.CONFIG][P.CHECKPOINT_EPOCH] == 1 for m in queries)
+    assert store.open_release(binding, resume=True).start_epoch == 2
+
+
+def test_a_release_under_another_key_is_refused(identity, tmp_path):
+    from tpsl_flwr.label_store import Release
+
+    with pytest.raises(PrivacyError, match="is not the label party's"):
+        make_strategy(release=Release(key=NoiseKey.from_seed(99), origin="seed"))
+
+
+def test_without_a_store_the_nodes_are_never_asked_to_checkpoint(identity):
+    strategy = make_strategy()
+    grid = FakeGrid(honest)
+    strategy.start(grid=grid)
+    assert all(P.CHECKPOINT_EPOCH not in m.content[P.CONFIG] for m in grid.sent)

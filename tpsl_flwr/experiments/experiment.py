@@ -98,15 +98,9 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         order_seed=cfg.seed,
         num_nodes=cfg.num_parties,
         audit=cfg.audit,
+        store=store if cfg.checkpoint else None,
+        release=release,
     )
-    if release.party_state is not None:
-        party.load_state_dict(release.party_state)
-        strategy.start_epoch = release.start_epoch
-        strategy.history = release.history
-    if cfg.checkpoint:
-        strategy.on_epoch_end = lambda epoch, _entry: store.save_checkpoint(
-            epoch, strategy.history, strategy.party.state_dict()
-        )
     facts = {
         "dataset": cfg.dataset,
         "num_classes": labels.num_classes,

@@ -19,10 +19,11 @@ from collections.abc import Iterable
 from flwr.app import Message
 from flwr.serverapp import Grid
 
+from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.validation import check_positive_finite
 from tpsl_flwr.wire.protocol import check_outgoing
 
-__all__ = ["FIRST_INTERVAL", "MAX_INTERVAL", "exchange"]
+__all__ = ["FIRST_INTERVAL", "MAX_INTERVAL", "exchange", "wait_for_nodes"]
 
 FIRST_INTERVAL = 0.001
 """Seconds before the second pull."""
@@ -86,3 +87,30 @@ def exchange(
             time.sleep(interval)
         interval = min(2 * interval, max_interval)
     return replies
+
+
+def wait_for_nodes(grid: Grid, expected: int | None, wait: float) -> list[int]:
+    """The ids of the registered nodes, once ``expected`` of them are there.
+
+    Flower may start the ServerApp before the SuperNodes register; this polls
+    ``grid.get_node_ids()`` every 0.2 s for at most ``wait`` seconds
+    (``expected=None``: whoever is there now).
+
+    Raises
+    ------
+    ProtocolError
+        If fewer than ``expected`` nodes registered in time, or none at all.
+    """
+    deadline = time.monotonic() + wait
+    node_ids = list(grid.get_node_ids())
+    while expected is not None and len(node_ids) < expected:
+        if time.monotonic() > deadline:
+            raise ProtocolError(
+                f"expected {expected} non-label nodes, only {len(node_ids)} "
+                f"registered within {wait:g} s"
+            )
+        time.sleep(0.2)
+        node_ids = list(grid.get_node_ids())
+    if not node_ids:
+        raise ProtocolError("no non-label nodes are connected")
+    return node_ids

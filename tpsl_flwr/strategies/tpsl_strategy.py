@@ -19,11 +19,10 @@ updated, parameters. ``K = 1`` is exact sequential split learning.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import INFO
 from typing import Any
 
 import numpy as np
@@ -31,14 +30,21 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result, Strategy
+from flwr.serverapp.strategy import Strategy
 
-from tpsl_flwr.accounting import privacy_spent
+from tpsl_flwr.accounting import PrivacySpent, privacy_spent
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
-from tpsl_flwr.errors import ConfigError, ProtocolError
+from tpsl_flwr.errors import ConfigError, PrivacyError
+from tpsl_flwr.label_store import LabelStore, Release
 from tpsl_flwr.metrics import classification_metrics
 from tpsl_flwr.parties import LabelParty
-from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange
+from tpsl_flwr.strategies.epoch_log import (
+    TPSLResult,
+    log_settings,
+    progress_line,
+    record_epoch,
+)
+from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange, wait_for_nodes
 from tpsl_flwr.validation import check_int, check_positive_finite
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.label_side import (
@@ -84,8 +90,8 @@ class TPSLStrategy(Strategy):
     num_nodes
         Non-label parties to wait for; ``None`` uses those present at start.
     on_epoch_end
-        Called with ``(epoch, record)`` after each epoch's evaluation (e.g. to
-        checkpoint); ``record`` is the epoch's history entry.
+        Called with ``(epoch, record)`` after each epoch's evaluation and
+        checkpoint; ``record`` is the epoch's history entry.
     node_wait
         Seconds to wait for ``num_nodes`` nodes to register.
     audit
@@ -96,6 +102,29 @@ class TPSLStrategy(Strategy):
         Longest sleep, in seconds, between two pulls for the nodes' replies
         (:func:`~tpsl_flwr.strategies.exchange.exchange`; Flower's own
         ``send_and_receive`` sleeps 0.1 s in simulation and 3 s in deployment).
+    store
+        The label party's private folder
+        (:class:`~tpsl_flwr.label_store.LabelStore`): with it, the strategy
+        checkpoints after every epoch (top model, optimizer, history; the key
+        stays in its own file) and the nodes checkpoint their bottom models.
+    release
+        What :meth:`LabelStore.open_release
+        <tpsl_flwr.label_store.LabelStore.open_release>` returned for this
+        run: on resume the party's state, the epochs done and their history
+        are restored from it, and the nodes are told to load their
+        checkpoints. Its key must be ``label_party``'s.
+
+    Examples
+    --------
+    Resuming an embedded run (the binding names every setting that fixes the
+    noise, so a resume with any of them changed is refused)::
+
+        store = LabelStore("label-party")
+        binding = NoiseBinding.of(mechanism=mech, placement="logits",
+                                  reuse_noise=True, id_space={"ids": "v1"})
+        release = store.open_release(binding, resume=True)
+        party = LabelParty(top, labels, mech, release.key)
+        strategy = TPSLStrategy(party, store=store, release=release, epochs=5)
     """
 
     def __init__(
@@ -112,6 +141,8 @@ class TPSLStrategy(Strategy):
         node_wait: float = 60.0,
         audit: bool = False,
         poll_interval: float = MAX_INTERVAL,
+        store: LabelStore | None = None,
+        release: Release | None = None,
     ) -> None:
         for name, value in (
             ("batch_size", batch_size),
@@ -136,7 +167,32 @@ class TPSLStrategy(Strategy):
         self.nodes: list[Node] = []
         self.history: list[dict[str, Any]] = []
         self.start_epoch = 0
+        self.store = store
         self._state = _StepState()
+        if release is not None:
+            self._restore(release)
+
+    def _restore(self, release: Release) -> None:
+        """Continue from a release: same key, the saved state and history."""
+        if release.key != self.party.key:
+            raise PrivacyError(
+                f"the release's key ({release.key.fingerprint}) is not the label "
+                f"party's ({self.party.key.fingerprint})"
+            )
+        if release.party_state is not None:
+            self.party.load_state_dict(release.party_state)
+            self.start_epoch = release.start_epoch
+            self.history = list(release.history)
+
+    @property
+    def privacy(self) -> PrivacySpent:
+        """The privacy this run spends per label (for ``self.epochs`` epochs)."""
+        return privacy_spent(
+            self.party.mechanism,
+            self.party.placement,
+            self.epochs,
+            self.party.reuse_noise,
+        )
 
     # ------------------------------------------------------------------ setup
     @property
@@ -156,64 +212,19 @@ class TPSLStrategy(Strategy):
 
     def summary(self) -> None:
         """Log the strategy's settings as a tree, like Flower's DP wrappers."""
-        spent = privacy_spent(
-            self.party.mechanism,
-            self.party.placement,
-            self.epochs,
-            self.party.reuse_noise,
+        log_settings(
+            self.party,
+            self.privacy,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            steps_per_message=self.steps_per_message,
         )
-        mech = self.party.mechanism
-        param = (
-            f"sigma={mech.sigma}"
-            if hasattr(mech, "sigma")
-            else f"epsilon={mech.epsilon}"
-        )
-        log(
-            INFO,
-            "\t├── Mechanism: %s (%s, classes=%s)",
-            mech.name,
-            param,
-            mech.num_classes,
-        )
-        log(
-            INFO,
-            "\t├── Placement: %s, noise reused across epochs: %s",
-            self.party.placement,
-            self.party.reuse_noise,
-        )
-        log(INFO, "\t├── Epsilon spent per label: %s", spent.epsilon)
-        log(
-            INFO,
-            "\t├── Noise key: %s (fingerprint %s)",
-            "secure" if self.party.key.secure else "SEEDED, NOT SECURE",
-            self.party.key.fingerprint,
-        )
-        log(
-            INFO,
-            "\t└── Epochs %s, batch size %s, steps per message %s",
-            self.epochs,
-            self.batch_size,
-            self.steps_per_message,
-        )
-        for note in spent.notes:
-            log(WARNING, "%s", note)
 
     def connect(
         self, grid: Grid, timeout: float, resume_epoch: int | None = None
     ) -> None:
         """Wait for the nodes, learn each one's partition and embedding width."""
-        deadline = time.monotonic() + self.node_wait
-        node_ids = list(grid.get_node_ids())
-        while self.num_nodes is not None and len(node_ids) < self.num_nodes:
-            if time.monotonic() > deadline:
-                raise ProtocolError(
-                    f"expected {self.num_nodes} non-label nodes, only {len(node_ids)} "
-                    f"registered within {self.node_wait:g} s"
-                )
-            time.sleep(0.2)
-            node_ids = list(grid.get_node_ids())
-        if not node_ids:
-            raise ProtocolError("no non-label nodes are connected")
+        node_ids = wait_for_nodes(grid, self.num_nodes, self.node_wait)
         replies = exchange(
             grid, hello_messages(node_ids, resume_epoch), timeout, self.poll_interval
         )
@@ -285,15 +296,6 @@ class TPSLStrategy(Strategy):
         probs = self.party.predict(emb)
         return MetricRecord(dict(classification_metrics(self.test_labels, probs)))
 
-    def _auc_bound(self) -> float | None:
-        spent = privacy_spent(
-            self.party.mechanism,
-            self.party.placement,
-            self.epochs,
-            self.party.reuse_noise,
-        )
-        return spent.auc_bound
-
     # -------------------------------------------------------------------- run
     def start(
         self,
@@ -304,16 +306,40 @@ class TPSLStrategy(Strategy):
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
-    ) -> Result:
+    ) -> TPSLResult:
         """Train for ``num_rounds`` epochs (default: the constructor's ``epochs``).
 
-        ``initial_arrays``, if given, is loaded into the top model. Progress is
-        one log line per epoch. Returns a Flower ``Result``: the top model's
-        arrays, per-epoch training throughput (``train_metrics_clientapp``) and
-        per-epoch test metrics computed at the label party
-        (``evaluate_metrics_serverapp``).
+        Flower's arguments: ``initial_arrays``, if given, is loaded into the
+        top model; ``num_rounds`` counts epochs; ``evaluate_fn(epoch, arrays)``
+        is called with the top model after each epoch and its metrics join the
+        epoch's history entry and ``evaluate_metrics_serverapp``.
+        ``train_config`` and ``evaluate_config`` are refused when non-empty:
+        only the protocol's own keys may leave the label party.
+
+        Returns
+        -------
+        TPSLResult
+            A Flower ``Result`` (top model arrays, per-epoch throughput in
+            ``train_metrics_clientapp``, per-epoch test metrics computed at the
+            label party in ``evaluate_metrics_serverapp``) that also carries
+            ``privacy`` and ``epsilon_spent``.
+
+        Raises
+        ------
+        ConfigError
+            For a non-empty ``train_config`` or ``evaluate_config``.
         """
+        for name, given in (
+            ("train_config", train_config),
+            ("evaluate_config", evaluate_config),
+        ):
+            if given:
+                raise ConfigError(
+                    f"TPSLStrategy.start does not send {name} ({sorted(given)}): "
+                    "only the protocol's keys may leave the label party"
+                )
         if num_rounds is not None:
+            check_int(num_rounds, "num_rounds")
             self.epochs = num_rounds
         if initial_arrays is not None and len(initial_arrays):
             self.party.top.load_state_dict(initial_arrays.to_torch_state_dict())
@@ -327,74 +353,60 @@ class TPSLStrategy(Strategy):
             len(self.nodes),
             sum(n.width for n in self.nodes),
         )
-        result = Result()
+        result = TPSLResult(privacy=self.privacy)
         for past in self.history:
-            _record_epoch(result, past)
-        server_round = 0
+            record_epoch(result, past)
         for epoch in range(self.start_epoch, self.epochs):
-            started = time.perf_counter()
-            self._state = _StepState(epoch=epoch, batches=self.epoch_batches(epoch))
-            if self.audit:
-                self._audit = TranscriptAudit([(n.offset, n.width) for n in self.nodes])
-            while self._state.cursor < len(self._state.batches):
-                server_round += 1
-                messages = self.configure_train(
-                    server_round, ArrayRecord(), ConfigRecord(), grid
-                )
-                replies = exchange(grid, messages, timeout, self.poll_interval)
-                self.aggregate_train(server_round, replies)
-            config = ConfigRecord({P.CHECKPOINT_EPOCH: epoch})
-            replies = exchange(
-                grid,
-                self.configure_evaluate(server_round, ArrayRecord(), config, grid),
-                timeout,
-                self.poll_interval,
-            )
-            metrics = self.aggregate_evaluate(server_round, replies)
-            attacks = None
-            if self._audit is not None:
-                attacks = self._audit.epoch_report(self._auc_bound())
-            seconds = time.perf_counter() - started
-            training = seconds - (attacks["seconds"] if attacks else 0.0)
-            entry: dict[str, Any] = {
-                "epoch": epoch + 1,
-                "seconds": seconds,
-                "samples": self._state.samples,
-                "samples_per_second": self._state.samples / training,
-                "steps": self.party.steps,
-            }
-            entry.update(dict(metrics or {}))
-            if attacks is not None:
-                entry["attack_auc"] = attacks
+            entry = self._train_epoch(grid, epoch, timeout)
+            if evaluate_fn is not None:
+                arrays = ArrayRecord(self.party.top.state_dict())
+                entry.update(dict(evaluate_fn(epoch + 1, arrays) or {}))
             self.history.append(entry)
-            _record_epoch(result, entry)
-            log(INFO, "epoch %d/%d  %s", epoch + 1, self.epochs, _progress_line(entry))
+            record_epoch(result, entry)
+            log(INFO, "epoch %d/%d  %s", epoch + 1, self.epochs, progress_line(entry))
+            if self.store is not None:
+                self.store.save_checkpoint(epoch, self.history, self.party.state_dict())
             if self.on_epoch_end is not None:
                 self.on_epoch_end(epoch, entry)
         result.arrays = ArrayRecord(self.party.top.state_dict())
         return result
 
-
-def _record_epoch(result: Result, entry: dict[str, Any]) -> None:
-    epoch = int(entry["epoch"])
-    result.train_metrics_clientapp[epoch] = MetricRecord(
-        {k: float(entry[k]) for k in ("samples", "seconds", "samples_per_second")}
-    )
-    tests = {k: float(v) for k, v in entry.items() if k.startswith("test_")}
-    if tests:
-        result.evaluate_metrics_serverapp[epoch] = MetricRecord(dict(tests))
-
-
-def _progress_line(entry: dict[str, Any]) -> str:
-    parts = [f"{entry['samples_per_second']:.0f} samples/s"]
-    for key in ("test_auc", "test_accuracy", "test_logloss"):
-        if key in entry and not math.isnan(entry[key]):
-            parts.append(f"{key} {entry[key]:.4f}")
-    attacks = entry.get("attack_auc")
-    if attacks:
-        names = ("norm", "spectral", "sda", "sda_top1")
-        found = [f"{n} {attacks[n]:.3f}" for n in names if attacks.get(n) is not None]
-        bound = attacks.get("auc_bound")
-        ceiling = f" (ceiling {bound:.3f})" if bound is not None else ""
-        parts.append("attack " + " ".join(found) + ceiling)
-    return ", ".join(parts)
+    def _train_epoch(self, grid: Grid, epoch: int, timeout: float) -> dict[str, Any]:
+        """One epoch of steps, then the test query; the epoch's history entry."""
+        started = time.perf_counter()
+        self._state = _StepState(epoch=epoch, batches=self.epoch_batches(epoch))
+        if self.audit:
+            self._audit = TranscriptAudit([(n.offset, n.width) for n in self.nodes])
+        server_round = epoch * len(self._state.batches)
+        while self._state.cursor < len(self._state.batches):
+            server_round += 1
+            messages = self.configure_train(
+                server_round, ArrayRecord(), ConfigRecord(), grid
+            )
+            replies = exchange(grid, messages, timeout, self.poll_interval)
+            self.aggregate_train(server_round, replies)
+        # The nodes checkpoint with the label party, never without it.
+        config = ConfigRecord({} if self.store is None else {P.CHECKPOINT_EPOCH: epoch})
+        replies = exchange(
+            grid,
+            self.configure_evaluate(server_round, ArrayRecord(), config, grid),
+            timeout,
+            self.poll_interval,
+        )
+        metrics = self.aggregate_evaluate(server_round, replies)
+        attacks = None
+        if self._audit is not None:
+            attacks = self._audit.epoch_report(self.privacy.auc_bound)
+        seconds = time.perf_counter() - started
+        training = seconds - (attacks["seconds"] if attacks else 0.0)
+        entry: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "seconds": seconds,
+            "samples": self._state.samples,
+            "samples_per_second": self._state.samples / training,
+            "steps": self.party.steps,
+        }
+        entry.update(dict(metrics or {}))
+        if attacks is not None:
+            entry["attack_auc"] = attacks
+        return entry

@@ -1,0 +1,119 @@
+"""What the label party reports per epoch: the Flower result, the progress line.
+
+:class:`TPSLResult` is Flower's ``Result`` plus the privacy the run spends, so
+a user embedding :class:`~tpsl_flwr.strategies.TPSLStrategy` reads
+``result.epsilon_spent`` without calling the accountant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from logging import INFO, WARNING
+from typing import Any
+
+from flwr.app import MetricRecord
+from flwr.common.logger import log
+from flwr.serverapp.strategy import Result
+
+from tpsl_flwr.accounting import PrivacySpent
+from tpsl_flwr.parties import LabelParty
+
+__all__ = ["TPSLResult", "log_settings", "progress_line", "record_epoch"]
+
+
+@dataclass
+class TPSLResult(Result):
+    """Flower's ``Result`` of a TPSL run, with its privacy accounting.
+
+    Attributes
+    ----------
+    privacy
+        The accounting of the run (epsilon, delta, notes, the attack ceiling).
+    """
+
+    privacy: PrivacySpent | None = None
+
+    @property
+    def epsilon_spent(self) -> float | None:
+        """The run's pure epsilon per label (``inf`` without protection)."""
+        return None if self.privacy is None else self.privacy.epsilon
+
+    @property
+    def privacy_notes(self) -> tuple[str, ...]:
+        """Caveats of the accounting (e.g. a near no-op epsilon)."""
+        return () if self.privacy is None else tuple(self.privacy.notes)
+
+
+def record_epoch(result: Result, entry: dict[str, Any]) -> None:
+    """Add an epoch's history entry to a Flower ``Result``."""
+    epoch = int(entry["epoch"])
+    result.train_metrics_clientapp[epoch] = MetricRecord(
+        {k: float(entry[k]) for k in ("samples", "seconds", "samples_per_second")}
+    )
+    evaluated = {
+        k: float(v)
+        for k, v in entry.items()
+        if k.startswith("test_") or (k not in _TRAINING and isinstance(v, int | float))
+    }
+    if evaluated:
+        result.evaluate_metrics_serverapp[epoch] = MetricRecord(dict(evaluated))
+
+
+_TRAINING = frozenset({"epoch", "seconds", "samples", "samples_per_second", "steps"})
+
+
+def progress_line(entry: dict[str, Any]) -> str:
+    """One log line for an epoch: throughput, test metrics, attack AUCs."""
+    parts = [f"{entry['samples_per_second']:.0f} samples/s"]
+    for key in ("test_auc", "test_accuracy", "test_logloss"):
+        if key in entry and not math.isnan(entry[key]):
+            parts.append(f"{key} {entry[key]:.4f}")
+    attacks = entry.get("attack_auc")
+    if attacks:
+        names = ("norm", "spectral", "sda", "sda_top1")
+        found = [f"{n} {attacks[n]:.3f}" for n in names if attacks.get(n) is not None]
+        bound = attacks.get("auc_bound")
+        ceiling = f" (ceiling {bound:.3f})" if bound is not None else ""
+        parts.append("attack " + " ".join(found) + ceiling)
+    return ", ".join(parts)
+
+
+def log_settings(
+    party: LabelParty,
+    spent: PrivacySpent,
+    *,
+    epochs: int,
+    batch_size: int,
+    steps_per_message: int,
+) -> None:
+    """Log a run's settings as a tree, like Flower's DP wrappers' ``summary``."""
+    mech = party.mechanism
+    param = (
+        f"sigma={mech.sigma}" if hasattr(mech, "sigma") else f"epsilon={mech.epsilon}"
+    )
+    log(
+        INFO, "\t├── Mechanism: %s (%s, classes=%s)", mech.name, param, mech.num_classes
+    )
+    log(
+        INFO,
+        "\t├── Placement: %s, noise reused across epochs: %s",
+        party.placement,
+        party.reuse_noise,
+    )
+    log(INFO, "\t├── Epsilon spent per label: %s", spent.epsilon)
+    log(
+        INFO,
+        "\t├── Noise key: %s (fingerprint %s)",
+        "secure" if party.key.secure else "SEEDED, NOT SECURE",
+        party.key.fingerprint,
+    )
+    log(
+        INFO,
+        "\t└── Epochs %s, batch size %s, steps per message %s",
+        epochs,
+        batch_size,
+        steps_per_message,
+    )
+    for note in spent.notes:
+        log(WARNING, "%s", note)
