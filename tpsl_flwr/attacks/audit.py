@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.metrics import roc_auc_score
 
 from tpsl_flwr.accounting import no_op_warning
 from tpsl_flwr.attacks import sda_predictions, sda_scores
+from tpsl_flwr.auc import auc_standard_error, binary_auc
 from tpsl_flwr.closed_forms import (
     auc_bound,
     expected_noise,
@@ -96,16 +96,6 @@ def _check_prior(prior: list[float] | None, k: int) -> np.ndarray:
     return values / values.sum()
 
 
-def _auc_standard_error(auc: float, n_pos: int, n_neg: int) -> float:
-    """Hanley and McNeil (1982) standard error of an AUC."""
-    q1 = auc / (2.0 - auc)
-    q2 = 2.0 * auc**2 / (1.0 + auc)
-    var = (
-        auc * (1 - auc) + (n_pos - 1) * (q1 - auc**2) + (n_neg - 1) * (q2 - auc**2)
-    ) / (n_pos * n_neg)
-    return math.sqrt(max(var, 0.0))
-
-
 def attack_transcript(
     mechanism: Mechanism, labels: np.ndarray, key: NoiseKey
 ) -> tuple[np.ndarray, np.ndarray, NoisyLabels]:
@@ -167,9 +157,9 @@ def run_audit(
         scores = sda_scores(received, candidates)
         if labels.min() == labels.max():
             raise ConfigError("the audit drew a single label; raise --samples")
-        measured = float(roc_auc_score(labels, scores))
+        measured = binary_auc(labels, scores)
         n_pos = int(labels.sum())
-        se = _auc_standard_error(measured, n_pos, samples - n_pos)
+        se = auc_standard_error(measured, n_pos, samples - n_pos)
         top_ceiling = None
         attack_scores, attack_labels = scores, labels
     else:

@@ -1,7 +1,7 @@
 """How well an attack did: AUC, per-batch AUC statistics, top-1 accuracy.
 
-The pooled AUC (all samples of an epoch at once) is scikit-learn's
-``roc_auc_score``. Per-batch AUCs, summarised by their mean and 95th
+The pooled AUC (all samples of an epoch at once) is the project's one AUC,
+:func:`tpsl_flwr.auc.binary_auc`. Per-batch AUCs, summarised by their mean and 95th
 percentile as the Marvell paper does (Li et al. 2022, ICLR, Tables 1-2), are
 the Mann-Whitney statistic computed for all batches of one size in a single
 vectorised rank computation (``scipy.stats.rankdata``, average ranks for ties):
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import rankdata
-from sklearn.metrics import roc_auc_score
 
+from tpsl_flwr.auc import binary_auc
 from tpsl_flwr.errors import ConfigError
 
 
@@ -82,7 +82,7 @@ def _binary(labels: ArrayLike, scores: ArrayLike) -> tuple[np.ndarray, np.ndarra
 
 
 def pooled_auc(labels: ArrayLike, scores: ArrayLike) -> float:
-    """ROC AUC of ``scores`` for ``labels`` (scikit-learn), NaN for one class.
+    """ROC AUC of ``scores`` for ``labels`` (:func:`~tpsl_flwr.auc.binary_auc`).
 
     Parameters
     ----------
@@ -107,9 +107,7 @@ def pooled_auc(labels: ArrayLike, scores: ArrayLike) -> float:
     0.75
     """
     y, s = _binary(labels, scores)
-    if not 0 < np.count_nonzero(y) < y.size:
-        return float("nan")
-    return float(roc_auc_score(y, s))
+    return binary_auc(y, s)
 
 
 def batch_aucs(labels: Sequence[ArrayLike], scores: Sequence[ArrayLike]) -> np.ndarray:

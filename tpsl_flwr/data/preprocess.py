@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tpsl_flwr.auc import binary_auc
 from tpsl_flwr.data.membership import split_positions
 from tpsl_flwr.data.tabular import DatasetSplit, TabularData
 from tpsl_flwr.errors import ConfigError
@@ -226,40 +227,3 @@ def bayes_auc(
         return None
     scores = np.asarray(bayes_scores, dtype=np.float64)[test_idx]
     return binary_auc(test_labels, scores)
-
-
-def binary_auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """ROC AUC of ``scores`` for 0/1 ``labels`` (Mann-Whitney U, ties averaged).
-
-    Equal to ``sklearn.metrics.roc_auc_score`` but numpy-only, so loading a
-    dataset does not import scikit-learn's metrics (about a second).
-
-    Parameters
-    ----------
-    labels : np.ndarray
-        ``(n,)`` labels in ``{0, 1}``, both present.
-    scores : np.ndarray
-        ``(n,)`` real scores, larger meaning "more likely 1".
-
-    Returns
-    -------
-    float
-        The probability that a random positive outscores a random negative,
-        ties counting one half.
-
-    Examples
-    --------
-    >>> binary_auc(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8]))
-    0.75
-    """
-    order = np.argsort(scores, kind="stable")
-    sorted_scores = scores[order]
-    first = np.r_[True, sorted_scores[1:] != sorted_scores[:-1]]
-    starts = np.flatnonzero(first)
-    ends = np.r_[starts[1:], scores.size]
-    ranks = np.empty(scores.size)
-    ranks[order] = ((starts + ends + 1) / 2.0)[np.cumsum(first) - 1]
-    pos = labels == 1
-    n_pos = int(pos.sum())
-    n_neg = scores.size - n_pos
-    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))

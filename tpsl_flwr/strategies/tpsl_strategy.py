@@ -35,8 +35,8 @@ from flwr.serverapp.strategy import Strategy
 from tpsl_flwr.accounting import PrivacySpent, privacy_spent
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
 from tpsl_flwr.errors import ConfigError, PrivacyError
+from tpsl_flwr.evaluation import classification_metrics
 from tpsl_flwr.label_store import LabelStore, Release
-from tpsl_flwr.metrics import classification_metrics
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.strategies.epoch_log import (
     TPSLResult,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import log_loss, roc_auc_score
+from sklearn.metrics import log_loss
+
+from tpsl_flwr.auc import binary_auc
 
 
 def classification_metrics(
@@ -33,7 +35,5 @@ def classification_metrics(
         "test_logloss": float(log_loss(y, p, labels=list(range(k)))),
     }
     if k == 2:
-        out["test_auc"] = (
-            float(roc_auc_score(y, p[:, 1])) if np.unique(y).size == 2 else float("nan")
-        )
+        out["test_auc"] = binary_auc(y, p[:, 1])
     return out
