@@ -5,7 +5,7 @@ For each batch size (default 256 and 1024) and steps-per-message value
 Laplace eps 1, 1 epoch, 2 non-label parties, seeded noise key, the app's
 per-epoch transcript audit off unless ``--audit``) twice:
 
-- ``in-process``: ``InProcessGrid`` + ``run_label_party`` (the engine behind
+- ``in-process``: ``run_inprocess_experiment`` (the engine behind
   ``tpsl-flwr simulate``), in a fresh Python process;
 - ``ray``: ``run_flwr_simulation`` on the repo's Flower app (``flwr run . local``
   with a local SuperLink, ``flwr-simulation`` and Ray), which ends every process
@@ -43,7 +43,8 @@ from typing import Any
 
 import tomli
 
-from tpsl_flwr.engines.launch import find_launched_processes, run_flwr_simulation
+from tpsl_flwr.engines.processes import find_launched_processes
+from tpsl_flwr.engines.simulation import run_flwr_simulation
 
 APP_DIR = Path(__file__).resolve().parents[1]
 TARGET = 0.5
@@ -76,16 +77,15 @@ def run_config(
 
 
 def inprocess_worker(config_json: str) -> None:
-    """Run one experiment on the in-process engine (in a fresh process)."""
-    from tpsl_flwr.engines.inprocess import InProcessGrid
+    """Run one experiment on the in-process engine (in a fresh process).
+
+    The lower-level recipe, so that ``--threads 0`` keeps torch's default.
+    """
     from tpsl_flwr.experiments.config import ExperimentConfig
-    from tpsl_flwr.experiments.experiment import run_label_party
-    from tpsl_flwr.simulations.client_app import app as client_app
+    from tpsl_flwr.experiments.run import run_inprocess_experiment
 
     merged = {**app_defaults(), **json.loads(config_json)}
-    cfg = ExperimentConfig.from_run_config(merged)
-    grid = InProcessGrid(client_app, cfg.num_parties, run_config=merged)
-    grid.run_server(lambda g, _c: run_label_party(g, cfg, engine="local"))
+    run_inprocess_experiment(ExperimentConfig.from_run_config(merged))
 
 
 def run_inprocess(config: dict[str, Any]) -> float:

@@ -1,9 +1,9 @@
 """Split-learning throughput (in-process engine) / the same network trained centrally.
 
-``split``: one epoch of an in-process TPSL run (``InProcessGrid`` +
-``run_label_party``, the engine of ``tpsl-flwr simulate``), no protection, audit
-and checkpoints off; samples/s is the run's ``samples_per_second`` (training
-samples over the epoch's seconds, the test-embedding query included).
+``split``: one epoch of an in-process TPSL run (``run_inprocess_experiment``,
+the engine of ``tpsl-flwr simulate``), no protection, audit and checkpoints
+off; samples/s is the run's ``samples_per_second`` (training samples over the
+epoch's seconds, the test-embedding query included).
 ``central``: the very same network (one ``BottomModel`` per party over the same
 column slices, with the same initial weights, and the ``TopModel``) trained as
 one torch model in a plain loop over the same batches, Adam on every part, then
@@ -32,6 +32,7 @@ import torch
 
 from tpsl_flwr.data import partition_columns, party_features
 from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.run import run_inprocess_experiment
 from tpsl_flwr.models import BottomModel, TopModel, num_outputs_for
 
 TARGET = 0.8
@@ -74,13 +75,8 @@ def _config(
 
 
 def split_rate(cfg: ExperimentConfig) -> float:
-    """Samples/s of one in-process TPSL epoch."""
-    from tpsl_flwr.engines.inprocess import InProcessGrid
-    from tpsl_flwr.experiments.experiment import run_label_party
-    from tpsl_flwr.simulations.client_app import app as client_app
-
-    grid = InProcessGrid(client_app, cfg.num_parties, run_config=cfg.to_run_config())
-    results = grid.run_server(lambda g, _c: run_label_party(g, cfg, engine="local"))
+    """Samples/s of one in-process TPSL epoch (at this bench's torch threads)."""
+    results, _ = run_inprocess_experiment(cfg)
     return float(results["history"][0]["samples_per_second"])
 
 

@@ -26,7 +26,7 @@ def test_in_training_audit_equals_the_offline_attacker(tmp_path, mechanism, caps
             "4",
             "--out-dir",
             str(tmp_path),
-            "--record-transcript",
+            "--transcript-dir",
             str(transcript),
         ]
     )

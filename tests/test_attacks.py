@@ -1,7 +1,6 @@
 """Label-inference attacks on gradients whose answer is known, and their metrics."""
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -368,21 +367,6 @@ def test_report_without_candidates_and_without_positives():
     negatives = attack_report(batches_of(g, np.zeros_like(y)))
     assert negatives["cosine_positive_id"] is None
     assert math.isnan(negatives["norm"]) and math.isnan(negatives["cosine"])
-
-
-def test_report_is_fast_on_16k_samples_of_16_dims():
-    # Prepare
-    g, y, candidates = logistic_gradients(np.random.default_rng(16), 16_384, d=16)
-    batches = batches_of(g, y, candidates, size=256)
-    attack_report(batches)  # warm up imports and caches
-    # Execute
-    best = math.inf
-    for _ in range(3):
-        start = time.perf_counter()
-        attack_report(batches)
-        best = min(best, time.perf_counter() - start)
-    # Assert (measured ~0.1-0.15 s on 2 loaded cores)
-    assert best < 1.0
 
 
 # ------------------------------------------------------------------ bad input

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -71,13 +70,7 @@ def _load(path: Path, **kw: object) -> DatasetSplit:
     return load_criteo(path, **kw)  # type: ignore[arg-type]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # Tiny models: threads only add contention on a shared CI machine.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -499,9 +499,7 @@ def test_binary_auc_matches_sklearn_with_ties(pairs: list[tuple[int, int]]) -> N
 
 
 @given(
-    st.lists(
-        st.tuples(st.integers(0, 1), st.integers(-3, 3)), min_size=2, max_size=60
-    )
+    st.lists(st.tuples(st.integers(0, 1), st.integers(-3, 3)), min_size=2, max_size=60)
 )
 def test_the_one_auc_is_nan_for_one_class_and_sklearns_otherwise(pairs):
     from tpsl_flwr.auc import binary_auc

@@ -22,15 +22,13 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.task_identity import TaskIdentity
 
-from tpsl_flwr.engines.inprocess import InProcessGrid, run_inprocess
-from tpsl_flwr.engines.launch import (
-    CompletedRun,
-    DeploymentRuntime,
-    FlowerLaunchError,
-    find_launched_processes,
-    offline_flower_env,
-    run_flwr_simulation,
-)
+from tpsl_flwr.engines.deployment import DeploymentRuntime
+from tpsl_flwr.engines.flower_env import offline_flower_env
+from tpsl_flwr.engines.flwr_cli import CompletedRun
+from tpsl_flwr.engines.inprocess import InProcessGrid
+from tpsl_flwr.engines.inprocess_run import run_inprocess
+from tpsl_flwr.engines.processes import FlowerLaunchError, find_launched_processes
+from tpsl_flwr.engines.simulation import run_flwr_simulation
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.experiment import run_label_party
@@ -399,6 +397,7 @@ def _assert_tpsl_results(out_dir: Path, config: dict[str, Any]) -> dict[str, Any
     return results
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_flwr_run_simulation_runs_tpsl_app(tmp_path: Path) -> None:
     # Prepare: 4 steps of 128, one message per step (Ray round trips are cheap)
@@ -426,6 +425,7 @@ def test_flwr_run_simulation_runs_tpsl_app(tmp_path: Path) -> None:
     assert (tmp_path / "flwr-home" / "local-superlink" / "superlink.log").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_deployment_runtime_runs_tpsl_app(tmp_path: Path) -> None:
     # Prepare: every message costs a fresh `flwr-clientapp` process per node

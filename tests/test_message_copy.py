@@ -7,6 +7,7 @@ from flwr.app import (
     Array,
     ArrayRecord,
     ConfigRecord,
+    Context,
     Error,
     Message,
     MetricRecord,
@@ -14,7 +15,7 @@ from flwr.app import (
 )
 
 from tpsl_flwr.engines.inprocess import InProcessGrid
-from tpsl_flwr.engines.message_copy import copy_message, copy_records
+from tpsl_flwr.engines.message_copy import copy_context, copy_message, copy_records
 
 
 def _records() -> RecordDict:
@@ -81,3 +82,29 @@ def test_copied_messages_keep_metadata_content_and_errors() -> None:
         else:
             assert list(copied.content) == list(message.content)
             assert copied.content is not message.content
+
+
+def test_copied_context_is_equal_and_independent() -> None:
+    # Prepare
+    original = Context(
+        run_id=7,
+        node_id=11,
+        node_config={"partition-id": 1, "num-partitions": 2},
+        state=_records(),
+        run_config={"epochs": 1},
+    )
+
+    # Execute: copy, then mutate every container of the copy
+    copied = copy_context(original)
+    same_ids = (copied.run_id, copied.node_id) == (7, 11)
+    copied.node_config["partition-id"] = 0
+    copied.run_config["epochs"] = 2
+    copied.state.config_records["config"]["name"] = "b"
+    del copied.state["arrays"]
+
+    # Assert
+    assert same_ids
+    assert original.node_config == {"partition-id": 1, "num-partitions": 2}
+    assert original.run_config == {"epochs": 1}
+    assert original.state.config_records["config"]["name"] == "a"
+    assert list(original.state.array_records) == ["arrays"]

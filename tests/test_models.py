@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -20,14 +19,7 @@ from tpsl_flwr.data import (
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.models import BottomModel, TopModel, num_outputs_for
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # Tiny models: threads only add contention on a shared CI machine.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _sgd_step(params: list[nn.Parameter], lr: float) -> None:

@@ -6,22 +6,14 @@ import stat
 import numpy as np
 import pytest
 
-from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.experiments.config import ExperimentConfig
-from tpsl_flwr.experiments.experiment import run_label_party
+from tpsl_flwr.experiments.run import run_experiment, run_inprocess_experiment
 from tpsl_flwr.experiments.sweep import SweepConfig
 from tpsl_flwr.simulations.cli import main
 from tpsl_flwr.simulations.client_app import app as builtin_app
 
 BASE = {"dataset": "breast-cancer", "batch_size": 128, "checkpoint": True}
-
-
-def _run(cfg, app=None):
-    grid = InProcessGrid(
-        app or builtin_app, cfg.num_parties, run_config=cfg.to_run_config()
-    )
-    return grid.run_server(lambda g, _c: run_label_party(g, cfg, "local"))
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +23,7 @@ def finished_run(tmp_path_factory):
     cfg = ExperimentConfig(
         **BASE, mechanism="laplace", epsilon=1.0, epochs=1, out_dir=str(out)
     )
-    return cfg, _run(cfg)
+    return cfg, run_experiment(cfg)
 
 
 @pytest.mark.parametrize(
@@ -55,7 +47,7 @@ def test_resume_with_changed_noise_settings_is_refused_naming_them(
     settings = {**BASE, "mechanism": "laplace", "epsilon": 1.0, **change}
     resumed = ExperimentConfig(**settings, epochs=2, out_dir=cfg.out_dir, resume=True)
     with pytest.raises(PrivacyError, match="changed since the checkpoint") as err:
-        _run(resumed)
+        run_experiment(resumed)
     assert named in str(err.value)
 
 
@@ -69,7 +61,7 @@ def test_resume_with_the_same_settings_continues_under_the_same_key(finished_run
         out_dir=cfg.out_dir,
         resume=True,
     )
-    second = _run(resumed)
+    second = run_experiment(resumed)
     assert second["noise_key"]["fingerprint"] == first["noise_key"]["fingerprint"]
     assert [h["epoch"] for h in second["history"]] == [1, 2]
     assert second["epsilon_spent"] == 1.0
@@ -78,7 +70,7 @@ def test_resume_with_the_same_settings_continues_under_the_same_key(finished_run
 def test_resume_with_no_label_party_checkpoint_is_refused(tmp_path):
     cfg = ExperimentConfig(**BASE, epochs=1, out_dir=str(tmp_path), resume=True)
     with pytest.raises(PrivacyError, match="no label-party checkpoint"):
-        _run(cfg)
+        run_experiment(cfg)
 
 
 def test_the_label_partys_files_are_private_and_apart_from_the_nodes(finished_run):
@@ -113,7 +105,7 @@ def test_noise_seed_is_not_run_config_and_never_reaches_a_node(tmp_path):
 
     cfg = ExperimentConfig(**BASE, epochs=1, noise_seed=11, out_dir=str(tmp_path))
     # Execute
-    results = _run(cfg, app=recording)
+    results, _ = run_inprocess_experiment(cfg, recording)
     # Assert
     assert seen and all("noise-seed" not in config for config in seen)
     assert all(11 not in config.values() for config in seen)
@@ -127,7 +119,9 @@ def test_noise_seed_is_not_run_config_and_never_reaches_a_node(tmp_path):
 
 def test_a_seeded_run_is_reproducible_and_an_os_keyed_one_is_not(tmp_path):
     runs = [
-        _run(ExperimentConfig(**BASE, epochs=1, out_dir=str(tmp_path / n), **extra))
+        run_experiment(
+            ExperimentConfig(**BASE, epochs=1, out_dir=str(tmp_path / n), **extra)
+        )
         for n, extra in (("a", {"noise_seed": 4}), ("b", {"noise_seed": 4}), ("c", {}))
     ]
     prints = [r["noise_key"]["fingerprint"] for r in runs]
@@ -171,7 +165,7 @@ def test_the_node_process_never_calls_a_label_loader(tmp_path, monkeypatch):
     monkeypatch.setattr("tpsl_flwr.experiments.config.load_dataset", no_labels)
     # Execute: the whole run, nodes included, trains without one label load
     # outside the label party.
-    results = _run(cfg)
+    results = run_experiment(cfg)
     # Assert
     assert results["train_rows"] == labels.train_labels.size
     assert np.isfinite(results["test_auc"])
@@ -185,5 +179,5 @@ def test_keygen_leaves_a_private_unbound_key_for_the_next_run(tmp_path, capsys):
     cfg = ExperimentConfig(
         **BASE, epochs=1, out_dir=str(tmp_path / "out"), label_dir=str(folder)
     )
-    results = _run(cfg)
+    results = run_experiment(cfg)
     assert results["noise_key"]["origin"] == "seed"

@@ -9,7 +9,8 @@ import torch
 from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.experiments.config import ExperimentConfig
-from tpsl_flwr.experiments.experiment import build_strategy, run_label_party
+from tpsl_flwr.experiments.experiment import build_strategy
+from tpsl_flwr.experiments.run import run_inprocess_experiment
 from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.noisy_labels import draw_noisy_labels
 from tpsl_flwr.perturb import candidate_gradients
@@ -17,13 +18,6 @@ from tpsl_flwr.simulations.client_app import app as client_app
 from tpsl_flwr.simulations.client_app import builtin_party
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.client_app import make_client_app
-
-
-def _run(cfg, app=client_app, **grid_options):
-    grid = InProcessGrid(
-        app, cfg.num_parties, run_config=cfg.to_run_config(), **grid_options
-    )
-    return grid.run_server(lambda g, _c: run_label_party(g, cfg, "local")), grid
 
 
 def test_breast_cancer_trains_to_high_auc_without_protection(tmp_path):
@@ -34,7 +28,7 @@ def test_breast_cancer_trains_to_high_auc_without_protection(tmp_path):
         noise_seed=0,
         out_dir=str(tmp_path),
     )
-    results, _ = _run(cfg)
+    results, _ = run_inprocess_experiment(cfg)
     assert results["test_auc"] >= 0.97
     assert results["epsilon_spent"] == "inf"
     assert len(results["history"]) == 5
@@ -51,7 +45,7 @@ def test_digits_trains_ten_classes_with_multiclass_discrete(tmp_path):
         out_dir=str(tmp_path),
         num_parties=3,
     )
-    results, _ = _run(cfg)
+    results, _ = run_inprocess_experiment(cfg)
     assert results["num_classes"] == 10
     assert results["epsilon_spent"] == 4.0
     # k-RR at eps=4 keeps 86% of labels: far above chance (0.1) after 2 epochs.
@@ -137,7 +131,7 @@ def test_a_node_error_stops_the_run_naming_the_node(tmp_path):
         dataset="breast-cancer", epochs=1, noise_seed=0, out_dir=str(tmp_path)
     )
     with pytest.raises(ProtocolError, match=r"partition 1|node \d+"):
-        _run(cfg, app=make_client_app(flaky))
+        run_inprocess_experiment(cfg, client_app=make_client_app(flaky))
 
 
 def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
@@ -148,7 +142,7 @@ def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
         batch_size=64,
         out_dir=str(tmp_path),
     )
-    first, _ = _run(cfg)
+    first, _ = run_inprocess_experiment(cfg)
     resumed_cfg = ExperimentConfig(
         dataset="breast-cancer",
         mechanism="laplace",
@@ -157,7 +151,7 @@ def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
         out_dir=str(tmp_path),
         resume=True,
     )
-    second, grid = _run(resumed_cfg, record_messages=True)
+    second, grid = run_inprocess_experiment(resumed_cfg, record_messages=True)
     assert [h["epoch"] for h in second["history"]] == [1, 2, 3]
     assert second["history"][:2] == first["history"]
     # The OS key of the first run was restored from the label party's checkpoint.
@@ -296,7 +290,9 @@ def test_a_run_killed_mid_epoch_resumes_exactly_where_it_left(tmp_path):
         "batch_size": 64,
         "noise_seed": 5,
     }
-    reference, _ = _run(ExperimentConfig(out_dir=str(tmp_path / "ref"), **settings))
+    reference, _ = run_inprocess_experiment(
+        ExperimentConfig(out_dir=str(tmp_path / "ref"), **settings)
+    )
     calls = {"n": 0}
 
     def dies_in_epoch_3(message, context):
@@ -307,9 +303,9 @@ def test_a_run_killed_mid_epoch_resumes_exactly_where_it_left(tmp_path):
 
     crashed = ExperimentConfig(out_dir=str(tmp_path / "run"), **settings)
     with pytest.raises(ProtocolError, match="killed"):
-        _run(crashed, app=dies_in_epoch_3)
+        run_inprocess_experiment(crashed, client_app=dies_in_epoch_3)
     # Execute: resume with healthy nodes.
-    resumed, _ = _run(
+    resumed, _ = run_inprocess_experiment(
         ExperimentConfig(out_dir=str(tmp_path / "run"), resume=True, **settings)
     )
     # Assert: identical to never having crashed (nothing lost, nothing twice).
@@ -335,7 +331,7 @@ def test_ids_missing_from_a_nodes_partition_stop_the_run_naming_node_and_id(tmp_
         match=r"partition 1\).*not in this party's "
         r"train partition \(100 samples\)",
     ):
-        _run(cfg, app=make_client_app(short_partition))
+        run_inprocess_experiment(cfg, client_app=make_client_app(short_partition))
 
 
 def test_the_flower_app_config_and_the_python_defaults_agree():

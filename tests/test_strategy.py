@@ -15,7 +15,6 @@ from flwr.app import (
     RecordDict,
 )
 
-from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.errors import ConfigError, PrivacyError, ProtocolError
 from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.mechanisms import make_mechanism
@@ -117,14 +116,7 @@ def make_strategy(labels=None, mechanism=None, seed=3, **kwargs):
     return TPSLStrategy(party, **options)
 
 
-@pytest.fixture
-def identity():
-    grid = InProcessGrid(lambda m, c: m, 1)
-    with grid.server_identity():
-        yield
-
-
-def test_connect_maps_node_ids_to_partitions(identity):
+def test_connect_maps_node_ids_to_partitions(server_identity):
     strategy = make_strategy()
     strategy.connect(FakeGrid(honest), timeout=5)
     assert [(n.node_id, n.partition, n.offset) for n in strategy.nodes] == [
@@ -133,12 +125,12 @@ def test_connect_maps_node_ids_to_partitions(identity):
     ]
 
 
-def test_one_round_trip_per_step_dispatches_the_perturbed_slices(identity):
+def test_one_round_trip_per_step_dispatches_the_perturbed_slices(server_identity):
     # Prepare: a twin label party with the same model, labels and key.
     strategy, twin = make_strategy(), make_strategy()
     grid = FakeGrid(honest)
     strategy.connect(grid, timeout=5)
-    strategy._state.batches = strategy.epoch_batches(0)
+    strategy.begin_epoch(0)
     # Execute: step 1 sends ids only; step 2 sends step 1's gradients.
     first = list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid))
     assert all(len(m.content.array_records[P.GRADS]) == 0 for m in first)
@@ -160,11 +152,11 @@ def test_one_round_trip_per_step_dispatches_the_perturbed_slices(identity):
         assert set(msg.content.config_records[P.CONFIG]) <= P.ALLOWED_CONFIG_KEYS
 
 
-def test_k_steps_per_message_send_k_batches(identity):
+def test_k_steps_per_message_send_k_batches(server_identity):
     strategy = make_strategy(steps_per_message=3)
     grid = FakeGrid(honest)
     strategy.connect(grid, timeout=5)
-    strategy._state.batches = strategy.epoch_batches(0)
+    strategy.begin_epoch(0)
     msgs = list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid))
     assert sorted(msgs[0].content.array_records[P.NEW_IDS]) == [
         "batch-0",
@@ -172,7 +164,7 @@ def test_k_steps_per_message_send_k_batches(identity):
         "batch-2",
     ]
     strategy.aggregate_train(1, [honest(grid, m) for m in msgs])
-    assert len(strategy._state.pending) == 3
+    assert len(strategy.pending) == 3
 
 
 def test_epoch_order_is_label_independent_and_covers_every_id():
@@ -190,7 +182,7 @@ def test_epoch_order_is_label_independent_and_covers_every_id():
 def _run_one_step(strategy, responder):
     grid = FakeGrid(responder)
     strategy.connect(grid, timeout=5)
-    strategy._state.batches = strategy.epoch_batches(0)
+    strategy.begin_epoch(0)
     msgs = list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid))
     strategy.aggregate_train(1, grid.send_and_receive(msgs))
 
@@ -226,20 +218,20 @@ def _faulty(kind):
         ("shape", r"node 202 \(partition 1\) sent embeddings of shape \(8, 1\)"),
     ],
 )
-def test_faulty_node_stops_the_step_naming_the_node(identity, kind, match):
+def test_faulty_node_stops_the_step_naming_the_node(server_identity, kind, match):
     strategy = make_strategy()
     with pytest.raises(ProtocolError, match=match):
         _run_one_step(strategy, _faulty(kind))
-    assert strategy.party.steps == 0 and strategy._state.pending == []
+    assert strategy.party.steps == 0 and strategy.pending == []
 
 
-def test_fewer_nodes_than_expected_times_out_with_a_message(identity):
+def test_fewer_nodes_than_expected_times_out_with_a_message(server_identity):
     strategy = make_strategy(num_nodes=3)
     with pytest.raises(ProtocolError, match="expected 3 non-label nodes, only 2"):
         strategy.connect(FakeGrid(honest), timeout=5)
 
 
-def test_cut_layer_width_must_match_the_top_model(identity):
+def test_cut_layer_width_must_match_the_top_model(server_identity):
     strategy = make_strategy()
     wide = {101: 0, 202: 1}
 
@@ -252,19 +244,19 @@ def test_cut_layer_width_must_match_the_top_model(identity):
         strategy.connect(FakeGrid(three_wide, wide), timeout=5)
 
 
-def test_duplicate_partitions_are_rejected(identity):
+def test_duplicate_partitions_are_rejected(server_identity):
     strategy = make_strategy()
     with pytest.raises(ProtocolError, match=r"partitions \[0, 0\]"):
         strategy.connect(FakeGrid(honest, {101: 0, 202: 0}), timeout=5)
 
 
-def test_fail_closed_nothing_is_dispatched_when_perturbation_fails(identity):
+def test_fail_closed_nothing_is_dispatched_when_perturbation_fails(server_identity):
     strategy = make_strategy()
     with torch.no_grad():
         next(strategy.party.top.parameters()).fill_(math.nan)
     with pytest.raises(PrivacyError, match="not finite"):
         _run_one_step(strategy, honest)
-    assert strategy._state.pending == []
+    assert strategy.pending == []
 
 
 def test_ids_outside_the_labels_are_rejected():
@@ -303,7 +295,7 @@ def test_poll_interval_must_be_positive_and_finite(bad):
     ],
 )
 def test_a_message_off_the_allow_list_stops_the_run_before_it_leaves(
-    identity, monkeypatch, tamper, match
+    server_identity, monkeypatch, tamper, match
 ):
     # Prepare: a wire-format bug that adds something to every training message.
     from tpsl_flwr.strategies import tpsl_strategy
@@ -325,13 +317,13 @@ def test_a_message_off_the_allow_list_stops_the_run_before_it_leaves(
 
 
 @pytest.mark.parametrize("name", ["train_config", "evaluate_config"])
-def test_start_refuses_configs_it_would_have_to_send(identity, name):
+def test_start_refuses_configs_it_would_have_to_send(server_identity, name):
     strategy = make_strategy()
     with pytest.raises(ConfigError, match=f"does not send {name}"):
         strategy.start(grid=FakeGrid(honest), **{name: ConfigRecord({"lr": 0.1})})
 
 
-def test_start_honours_evaluate_fn_and_returns_the_privacy(identity):
+def test_start_honours_evaluate_fn_and_returns_the_privacy(server_identity):
     strategy = make_strategy(epochs=2)
     calls = []
 
@@ -351,7 +343,7 @@ def test_start_honours_evaluate_fn_and_returns_the_privacy(identity):
 
 
 def test_an_embedded_strategy_checkpoints_and_resumes_through_its_store(
-    identity, tmp_path
+    server_identity, tmp_path
 ):
     # Prepare: an embedder's own binding, store and first run of one epoch.
     from tpsl_flwr.label_store import LabelStore, NoiseBinding
@@ -403,14 +395,14 @@ def test_an_embedded_strategy_checkpoints_and_resumes_through_its_store(
     assert store.open_release(binding, resume=True).start_epoch == 2
 
 
-def test_a_release_under_another_key_is_refused(identity, tmp_path):
+def test_a_release_under_another_key_is_refused(server_identity, tmp_path):
     from tpsl_flwr.label_store import Release
 
     with pytest.raises(PrivacyError, match="is not the label party's"):
         make_strategy(release=Release(key=NoiseKey.from_seed(99), origin="seed"))
 
 
-def test_without_a_store_the_nodes_are_never_asked_to_checkpoint(identity):
+def test_without_a_store_the_nodes_are_never_asked_to_checkpoint(server_identity):
     strategy = make_strategy()
     grid = FakeGrid(honest)
     strategy.start(grid=grid)

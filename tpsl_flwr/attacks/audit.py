@@ -96,7 +96,7 @@ def _check_prior(prior: list[float] | None, k: int) -> np.ndarray:
     return values / values.sum()
 
 
-def attack_transcript(
+def mechanism_gradients(
     mechanism: Mechanism, labels: np.ndarray, key: NoiseKey
 ) -> tuple[np.ndarray, np.ndarray, NoisyLabels]:
     """The logit gradients a batch would produce, and the SDA's candidates.
@@ -149,7 +149,7 @@ def run_audit(
     rng = np.random.default_rng(seed)
     labels = rng.choice(k, size=samples, p=probabilities).astype(np.int64)
     key = NoiseKey.from_seed(seed)
-    received, candidates, noisy = attack_transcript(mechanism, labels, key)
+    received, candidates, noisy = mechanism_gradients(mechanism, labels, key)
     epsilon = mechanism.epsilon
     notes: list[str] = ["audit noise key is seeded (reproducible, not secure)"]
     ceiling = auc_bound(epsilon) if epsilon is not None else None

@@ -2,7 +2,7 @@
 
 ``flwr run <app> local --stream`` starts a detached local SuperLink that keeps
 running after the run; this module runs the app through
-:func:`~tpsl_flwr.engines.launch.run_flwr_simulation`, which ends every
+:func:`~tpsl_flwr.engines.simulation.run_flwr_simulation`, which ends every
 process the run started (by PID), echoes the run's log lines while it runs,
 and returns the results JSON the ServerApp wrote.
 """
@@ -25,7 +25,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 import tpsl_flwr
-from tpsl_flwr.engines.launch import FlowerLaunchError, run_flwr_simulation
+from tpsl_flwr.engines.processes import FlowerLaunchError
+from tpsl_flwr.engines.simulation import run_flwr_simulation
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.experiment import RESULTS_FILE
 

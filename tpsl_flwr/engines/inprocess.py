@@ -9,7 +9,8 @@ and every pushed message is delivered synchronously by calling the very same
 ServerApp/ClientApp pair runs unchanged on all three engines.
 
 What it mirrors from Flower 1.42 (read from ``superlink/grid/inmemory_grid.py``,
-``server/superlink/fleet/vce/vce_api.py`` and ``supernode/runtime/run_clientapp.py``):
+``server/superlink/fleet/vce/vce_api.py`` and ``supernode/runtime/run_clientapp.py``;
+the node side lives in :mod:`~tpsl_flwr.engines.virtual_nodes`):
 
 - node ids are random unsigned 64-bit integers, never ``0..N-1``;
 - instruction messages are validated with Flower's own ``validate_message``;
@@ -24,27 +25,34 @@ What it mirrors from Flower 1.42 (read from ``superlink/grid/inmemory_grid.py``,
 It is a test and sweep engine: there is no network, no TTL wait, no polling
 (``send_and_receive`` returns as soon as every node has answered), and all nodes
 run one after another in the order the messages were pushed.
+:func:`~tpsl_flwr.engines.inprocess_run.run_inprocess` runs a ServerApp and a
+ClientApp on it in one call.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from logging import ERROR
 from typing import Any
 from uuid import uuid4
 
-from flwr.app import Context, Error, Message, RecordDict, UserConfig, UserConfigValue
-from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
+from flwr.app import Context, Message, RecordDict, UserConfig, UserConfigValue
+from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.common.logger import log
 from flwr.server.utils.validator import validate_message
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import Run
-from flwr.supercore.task_identity import TaskIdentity
 
-from tpsl_flwr.engines.message_copy import copy_message, copy_records
+from tpsl_flwr.engines.message_copy import copy_message
+from tpsl_flwr.engines.virtual_nodes import (
+    ClientAppCallable,
+    VirtualNode,
+    draw_id,
+    make_nodes,
+    task_identity,
+)
 
 __all__ = [
     "ClientAppCallable",
@@ -52,11 +60,7 @@ __all__ = [
     "MessageHook",
     "ServerMain",
     "VirtualNode",
-    "run_inprocess",
 ]
-
-ClientAppCallable = Callable[[Message, Context], Message]
-"""Anything called like a ClientApp: ``flwr.clientapp.ClientApp`` or a function."""
 
 ServerMain = Callable[[Grid, Context], Any]
 """A function decorated with ``@app.main()`` (``main(grid, context)``)."""
@@ -65,27 +69,6 @@ MessageHook = Callable[[Message], None]
 """Callback that observes a message (it must not modify it)."""
 
 _SERVER_CONTEXT_NODE_ID = 0
-_ID_EXCLUDE = frozenset({0, SUPERLINK_NODE_ID})
-
-
-@dataclass
-class VirtualNode:
-    """One virtual SuperNode of an :class:`InProcessGrid`.
-
-    Parameters
-    ----------
-    node_id : int
-        Random unsigned 64-bit node id, as Flower assigns it.
-    partition_id : int
-        The node's ``node_config["partition-id"]``.
-    context : Context
-        The node's persistent context; ``context.state`` carries over between
-        the messages this node handles.
-    """
-
-    node_id: int
-    partition_id: int
-    context: Context
 
 
 class InProcessGrid(Grid):
@@ -143,7 +126,7 @@ class InProcessGrid(Grid):
     ...         for n in grid.get_node_ids()
     ...     ]
     ...     return sorted(r.content["r"]["p"] for r in grid.send_and_receive(msgs))
-    >>> run_inprocess(main, echo, num_nodes=3)
+    >>> InProcessGrid(echo, num_nodes=3).run_server(main)
     [0, 1, 2]
     """
 
@@ -182,29 +165,18 @@ class InProcessGrid(Grid):
         self.received_replies: list[Message] = []
         self._replies: dict[str, Message] = {}
 
-        run_id = self._draw_id(set())
+        run_id = draw_id(self._rng, set())
         self._run = Run.create_empty(run_id=run_id)
         self._run.fab_id = "tpsl-flwr/inprocess"
         self._run.override_config = dict(self.run_config)
-        self._task_id = self._draw_id(set())
-
-        self._nodes: dict[int, VirtualNode] = {}
-        for partition_id in range(num_nodes):
-            node_id = self._draw_id(set(self._nodes))
-            node_config: UserConfig = {
-                "partition-id": partition_id,
-                "num-partitions": num_nodes,
-            }
-            if node_configs is not None:
-                node_config.update(node_configs[partition_id])
-            context = Context(
-                run_id=run_id,
-                node_id=node_id,
-                node_config=node_config,
-                state=RecordDict(),
-                run_config=dict(self.run_config),
-            )
-            self._nodes[node_id] = VirtualNode(node_id, partition_id, context)
+        self._task_id = draw_id(self._rng, set())
+        self._nodes = make_nodes(
+            self._rng,
+            run_id=run_id,
+            num_nodes=num_nodes,
+            run_config=self.run_config,
+            node_configs=node_configs,
+        )
 
     # ------------------------------------------------------------------ Grid API
     def set_run(self, run: Run) -> None:
@@ -381,12 +353,6 @@ class InProcessGrid(Grid):
                 return main_fn(self, context)
 
     # ----------------------------------------------------------------- helpers
-    def _draw_id(self, taken: set[int]) -> int:
-        while True:
-            value = self._rng.getrandbits(64)
-            if value not in _ID_EXCLUDE and value not in taken:
-                return value
-
     def _problems(self, msg: Message) -> list[str]:
         problems = list(validate_message(msg, is_reply_message=False))
         if msg.metadata.run_id != self._run.run_id:
@@ -402,27 +368,13 @@ class InProcessGrid(Grid):
             self.sent_messages.append(incoming)
         if self._on_message is not None:
             self._on_message(incoming)
-        ctx = node.context
-        if self._copy:
-            ctx = Context(
-                run_id=ctx.run_id,
-                node_id=ctx.node_id,
-                node_config=dict(ctx.node_config),
-                state=copy_records(ctx.state),
-                run_config=dict(ctx.run_config),
-            )
-        try:
-            with _identity(self._run.run_id, node.node_id, self._draw_id(set())):
-                reply = self._client_app(incoming, ctx)
-            _check_reply(reply, incoming)
-        except Exception as ex:  # reported as an error reply, as Flower does
-            log(ERROR, "ClientApp raised an exception", exc_info=ex)
-            reason = str(type(ex)) + ":<'" + str(ex) + "'>"
-            err = Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason)
-            reply = Message(err, reply_to=incoming)
-            reply.metadata.__dict__["_message_id"] = uuid4().hex
-        else:  # only a successful call updates the node's context
-            node.context.state = ctx.state
+        reply = node.handle(
+            self._client_app,
+            incoming,
+            run_id=self._run.run_id,
+            task_id=draw_id(self._rng, set()),
+            copy_state=self._copy,
+        )
         if self._copy:
             reply = copy_message(reply)
         if self._record:
@@ -444,78 +396,4 @@ class InProcessGrid(Grid):
         AbstractContextManager[None]
             Sets the identity on entry and restores the previous one on exit.
         """
-        return _identity(self._run.run_id, SUPERLINK_NODE_ID, self._task_id)
-
-
-def _check_reply(reply: object, msg: Message) -> None:
-    """Raise ``TypeError``/``ValueError`` unless ``reply`` validly answers ``msg``.
-
-    Gives the reply its message id and applies Flower's reply validation.
-    """
-    if not isinstance(reply, Message):
-        raise TypeError(f"ClientApp must return a Message, got {type(reply)}")
-    if reply.metadata.reply_to_message_id != msg.metadata.message_id:
-        raise ValueError(
-            "ClientApp returned a message that is not a reply to the one it got; "
-            "build it with Message(content, reply_to=message)"
-        )
-    reply.metadata.__dict__["_message_id"] = uuid4().hex
-    problems = validate_message(reply, is_reply_message=True)
-    if problems:
-        raise ValueError(f"invalid reply: {problems}")
-
-
-@contextmanager
-def _identity(run_id: int, node_id: int, task_id: int) -> Iterator[None]:
-    """Set Flower's process-wide ``TaskIdentity`` and restore it afterwards."""
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = (
-        run_id,
-        node_id,
-        task_id,
-    )
-    try:
-        yield
-    finally:
-        TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
-
-
-def run_inprocess(
-    server_main: ServerApp | ServerMain,
-    client_app: ClientAppCallable,
-    num_nodes: int,
-    run_config: Mapping[str, UserConfigValue] | None = None,
-    node_configs: Sequence[Mapping[str, UserConfigValue]] | None = None,
-    **grid_options: Any,
-) -> Any:
-    """Run a ServerApp and a ClientApp in this process with ``num_nodes`` nodes.
-
-    Parameters
-    ----------
-    server_main : ServerApp | ServerMain
-        ``ServerApp`` with a registered ``@app.main()``, or the plain function.
-    client_app : ClientAppCallable
-        The ``ClientApp``.
-    num_nodes : int
-        Number of virtual nodes.
-    run_config : Mapping[str, UserConfigValue] | None
-        The run config (kebab-case keys, as in ``[tool.flwr.app.config]``).
-    node_configs : Sequence[Mapping[str, UserConfigValue]] | None
-        Extra per-node config, merged over ``partition-id``/``num-partitions``.
-    **grid_options : Any
-        Keyword options of :class:`InProcessGrid` (``seed``, ``on_message``,
-        ``record_messages``, ...).
-
-    Returns
-    -------
-    Any
-        Whatever the main function returns.
-    """
-    grid = InProcessGrid(
-        client_app,
-        num_nodes,
-        run_config=run_config,
-        node_configs=node_configs,
-        **grid_options,
-    )
-    return grid.run_server(server_main)
+        return task_identity(self._run.run_id, SUPERLINK_NODE_ID, self._task_id)

@@ -16,9 +16,17 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
 
-__all__ = ["copy_message", "copy_records"]
+__all__ = ["copy_context", "copy_message", "copy_records"]
 
 
 def copy_records(records: RecordDict) -> RecordDict:
@@ -39,6 +47,17 @@ def copy_message(message: Message) -> Message:
         return Message(metadata=metadata, error=error)  # type: ignore[call-overload]
     content = copy_records(message.content)
     return Message(metadata=metadata, content=content)  # type: ignore[call-overload]
+
+
+def copy_context(context: Context) -> Context:
+    """An independent copy of ``context``: node config, state and run config."""
+    return Context(
+        run_id=context.run_id,
+        node_id=context.node_id,
+        node_config=dict(context.node_config),
+        state=copy_records(context.state),
+        run_config=dict(context.run_config),
+    )
 
 
 def _copy_record(record: Any) -> Any:

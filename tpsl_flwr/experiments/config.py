@@ -28,14 +28,64 @@ from tpsl_flwr.data import (
     load_party_view,
     partition_columns,
 )
+from tpsl_flwr.data.ctr.load import SPLITS
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.mechanisms import Mechanism, make_mechanism
-from tpsl_flwr.validation import check_int, check_placement
+from tpsl_flwr.mechanisms import MECHANISMS, Mechanism, make_mechanism
+from tpsl_flwr.validation import PLACEMENTS, check_int, check_placement
 
 LABEL_DIR = "label-party"
 """The label party's folder under ``out_dir`` unless ``label_dir`` names one."""
 LABEL_PARTY_ONLY = frozenset({"noise_seed"})
 """Fields that never enter the run config (nodes must not learn them)."""
+FIELD_HELP: dict[str, str] = {
+    "dataset": "the dataset every party reads its columns of",
+    "data-path": "the Criteo/Avazu file (plain or .gz); needed by criteo and avazu",
+    "rows": "rows to load (0 or less: the dataset's default size)",
+    "test-fraction": "probability of a record being a test record, in (0, 1)",
+    "split": "test records drawn at random by id, or by time (criteo/avazu "
+    "only: the last days or the last rows in file order)",
+    "hash-buckets": "criteo/avazu: hash buckets per categorical column "
+    "(0: the loader's default)",
+    "mechanism": "the label-DP mechanism of GradPerturb (none: no protection)",
+    "epsilon": "privacy budget of laplace and discrete",
+    "sigma": "noise std of gaussian",
+    "placement": "where GradPerturb applies: the logits (Section 4.2) or the cut "
+    "layer (Algorithm 3)",
+    "reuse-noise": "draw each sample's noise once and reuse it every epoch "
+    "(epsilon is spent once, not per epoch)",
+    "epochs": "training epochs",
+    "batch-size": "samples per training step",
+    "lr": "Adam learning rate of every model",
+    "steps-per-message": "training steps batched into one message per node",
+    "num-parties": "non-label parties (Flower nodes), each holding a column slice",
+    "embedding-dim": "width of each non-label party's embedding",
+    "bottom-hidden": "hidden width of each non-label party's bottom model",
+    "top-hidden": "hidden width of the label party's top model",
+    "seed": "seed of the data split, the model weights and the batch order",
+    "noise-seed": "label party only, never run config: derive the noise key from "
+    "this seed (reproducible, NOT secure); -1: a key from the OS",
+    "out-dir": "folder of results.json, report.md and the nodes' checkpoints",
+    "label-dir": "the label party's private folder (key, checkpoints); "
+    "empty: OUT-DIR/label-party",
+    "checkpoint": "checkpoint every party after each epoch (needed by resume)",
+    "audit": "attack the dispatched transcript every epoch (norm, cosine, "
+    "spectral, SDA AUCs in the results)",
+    "transcript-dir": "every non-label node records what it receives into this "
+    "folder (for tpsl-flwr attack); empty: no recording",
+    "resume": "continue from the last epoch checkpoint in out-dir",
+}
+"""One line of help per field (kebab-case key): the ``tpsl-flwr simulate`` flags.
+
+Every field of :class:`ExperimentConfig` has an entry, so adding a field adds a
+documented flag (:mod:`tpsl_flwr.simulations.cli_flags`).
+"""
+FIELD_CHOICES: dict[str, tuple[str, ...]] = {
+    "dataset": ALL_DATASETS,
+    "split": SPLITS,
+    "mechanism": MECHANISMS,
+    "placement": PLACEMENTS,
+}
+"""The valid values of the fields that name one of a fixed set."""
 
 
 @dataclass(frozen=True)

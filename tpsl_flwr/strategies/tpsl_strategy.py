@@ -200,6 +200,15 @@ class TPSLStrategy(Strategy):
         """Number of training samples (the label party's labels)."""
         return int(self.party.labels.size)
 
+    def begin_epoch(self, epoch: int) -> None:
+        """Start ``epoch``: its label-independent batches, no gradient pending."""
+        self._state = _StepState(epoch=epoch, batches=self.epoch_batches(epoch))
+
+    @property
+    def pending(self) -> list[tuple[np.ndarray, torch.Tensor]]:
+        """Perturbed gradients computed but not yet dispatched: ``(ids, grad)``."""
+        return list(self._state.pending)
+
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """The epoch's batches: a shuffle seeded by ``(order_seed, epoch)`` only."""
         order = np.random.default_rng([self.order_seed, epoch]).permutation(
@@ -374,7 +383,7 @@ class TPSLStrategy(Strategy):
     def _train_epoch(self, grid: Grid, epoch: int, timeout: float) -> dict[str, Any]:
         """One epoch of steps, then the test query; the epoch's history entry."""
         started = time.perf_counter()
-        self._state = _StepState(epoch=epoch, batches=self.epoch_batches(epoch))
+        self.begin_epoch(epoch)
         if self.audit:
             self._audit = TranscriptAudit([(n.offset, n.width) for n in self.nodes])
         server_round = epoch * len(self._state.batches)

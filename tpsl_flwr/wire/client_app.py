@@ -44,7 +44,7 @@ def partition_of(context: Context) -> tuple[int, int]:
     return int(config["partition-id"]), int(config["num-partitions"])
 
 
-def checkpoint_path(context: Context) -> Path:
+def node_checkpoint_path(context: Context) -> Path:
     """Where this node keeps its own checkpoint (under the run's out-dir)."""
     out_dir = str(context.run_config.get("out-dir", "outputs"))
     partition, _ = partition_of(context)
@@ -107,7 +107,7 @@ class NonLabelHandlers:
         config = msg.content.config_records.get(P.CONFIG, ConfigRecord())
         party = self._party(context)
         if P.RESUME_EPOCH in config:
-            path = checkpoint_path(context)
+            path = node_checkpoint_path(context)
             if not path.exists():
                 raise ProtocolError(f"cannot resume: no checkpoint at {path}")
             saved = torch.load(path, weights_only=True)
@@ -164,7 +164,7 @@ class NonLabelHandlers:
         if P.CHECKPOINT_EPOCH in config and bool(
             context.run_config.get("checkpoint", True)
         ):
-            path = checkpoint_path(context)
+            path = node_checkpoint_path(context)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             torch.save(

@@ -1,0 +1,29 @@
+"""Fixtures shared by the test modules."""
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models: threads only add contention on a shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def server_identity() -> Iterator[None]:
+    """Let a test build Flower messages outside a runtime (as the ServerApp).
+
+    Flower's ``Message`` needs a task identity; the in-process engine's
+    ``server_identity`` provides the one a ServerApp would run under.
+    """
+    from tpsl_flwr.engines.inprocess import InProcessGrid
+
+    grid = InProcessGrid(lambda m, c: m, 1)
+    with grid.server_identity():
+        yield

@@ -1,0 +1,329 @@
+"""Local deployment: a ``flower-superlink`` and N ``flower-supernode`` on loopback.
+
+:class:`DeploymentRuntime` starts Flower's deployment runtime as it runs in
+production (insecure, on 127.0.0.1), runs apps on it with
+``flwr run <app> <connection>``, and on exit ends every process it started and
+all their descendants, by PID
+(:func:`~tpsl_flwr.engines.processes.terminate_launched`).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import tomli
+import tomli_w
+
+from tpsl_flwr.engines.flower_env import (
+    check_run_config,
+    free_ports,
+    kv_option,
+    offline_flower_env,
+    write_run_config,
+)
+from tpsl_flwr.engines.flwr_cli import CompletedRun, flwr_run, query_status
+from tpsl_flwr.engines.processes import (
+    LAUNCH_ID_ENV,
+    FlowerLaunchError,
+    terminate_launched,
+)
+
+__all__ = ["DeploymentRuntime"]
+
+_SUPERNODE_READY_RE = re.compile(r"SuperNode ID: (\d+)")
+
+
+@dataclass
+class DeploymentRuntime:
+    """A SuperLink and N SuperNodes on loopback, as a context manager.
+
+    On entry it starts ``flower-superlink --insecure --host 127.0.0.1 --port P``
+    (one HTTP port serves the Fleet, Control and Runtime APIs in 1.42) and, for
+    each party ``i``, ``flower-supernode --insecure --superlink 127.0.0.1:P
+    --port Q_i --node-config "partition-id=i num-partitions=N ..."`` (``Q_i`` is
+    the SuperNode's own Runtime API port and must differ per SuperNode), with
+    the default ``--isolation subprocess``: each message runs in a fresh
+    ``flwr-clientapp`` process. It waits until the SuperLink answers
+    ``/health`` and every SuperNode has logged its id, and writes a connection
+    ``[superlink.<connection>]`` with ``address``/``insecure`` into
+    ``$FLWR_HOME/config.toml`` for :meth:`run`. On exit, even after an
+    exception, every process it started and all their descendants are ended
+    by PID (SIGTERM, then SIGKILL after ``grace_s``).
+
+    Parameters
+    ----------
+    num_supernodes : int
+        Number of SuperNodes (non-label parties).
+    log_dir : Path
+        Folder for ``superlink.log``, ``supernode-<i>.log`` and each run's log.
+    flwr_home : Path | None
+        ``FLWR_HOME``; ``log_dir / "flwr-home"`` if ``None``.
+    node_configs : Sequence[Mapping[str, object]] | None
+        Extra node config per SuperNode, merged over the partition keys.
+    startup_timeout : float
+        Seconds to wait for the SuperLink and the SuperNodes to be ready.
+    grace_s : float
+        Seconds between SIGTERM and SIGKILL when stopping.
+    connection : str
+        Name of the SuperLink connection written to ``config.toml``.
+
+    Examples
+    --------
+    ::
+
+        with DeploymentRuntime(2, tmp_path) as runtime:
+            result = runtime.run(app_dir, {"num-rounds": 3}, timeout=120)
+    """
+
+    num_supernodes: int
+    log_dir: Path
+    flwr_home: Path | None = None
+    node_configs: Sequence[Mapping[str, object]] | None = None
+    startup_timeout: float = 60.0
+    grace_s: float = 10.0
+    connection: str = "tpsl-deployment"
+    launch_id: str = field(default_factory=lambda: uuid.uuid4().hex, init=False)
+    address: str = field(default="", init=False)
+    env: dict[str, str] = field(default_factory=dict, init=False)
+    _procs: list[subprocess.Popen[Any]] = field(default_factory=list, init=False)
+    _runs: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if self.num_supernodes < 1:
+            raise ValueError(f"num_supernodes must be >= 1, got {self.num_supernodes}")
+        if self.node_configs is not None and len(self.node_configs) != (
+            self.num_supernodes
+        ):
+            raise ValueError(
+                f"node_configs must have {self.num_supernodes} entries, "
+                f"got {len(self.node_configs)}"
+            )
+        self.log_dir = Path(self.log_dir).resolve()
+        home = self.log_dir / "flwr-home" if self.flwr_home is None else self.flwr_home
+        self.flwr_home = Path(home).resolve()
+        self.env = offline_flower_env(self.flwr_home)
+        self.env[LAUNCH_ID_ENV] = self.launch_id
+
+    @property
+    def pids(self) -> list[int]:
+        """PIDs of the SuperLink (first) and the SuperNodes started directly."""
+        return [proc.pid for proc in self._procs]
+
+    def __enter__(self) -> DeploymentRuntime:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start the SuperLink and the SuperNodes and wait until they are ready.
+
+        Raises
+        ------
+        FlowerLaunchError
+            If already started, if a process exits early, or if not ready
+            within ``startup_timeout``.
+        """
+        if self._procs:
+            raise FlowerLaunchError("DeploymentRuntime is already started")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        assert self.flwr_home is not None
+        self.flwr_home.mkdir(parents=True, exist_ok=True)
+        link_port, *node_ports = free_ports(1 + self.num_supernodes)
+        self.address = f"127.0.0.1:{link_port}"
+        self._write_connection()
+        deadline = time.monotonic() + self.startup_timeout
+        self._spawn(
+            [
+                "flower-superlink",
+                "--insecure",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(link_port),
+                "--disable-runtime-dependency-installation",
+            ],
+            self.log_dir / "superlink.log",
+        )
+        logs = []
+        for i, port in enumerate(node_ports):
+            node_config: dict[str, object] = {
+                "partition-id": i,
+                "num-partitions": self.num_supernodes,
+            }
+            if self.node_configs is not None:
+                node_config.update(self.node_configs[i])
+            logs.append(self.log_dir / f"supernode-{i}.log")
+            self._spawn(
+                [
+                    "flower-supernode",
+                    "--insecure",
+                    "--superlink",
+                    self.address,
+                    "--port",
+                    str(port),
+                    "--node-config",
+                    kv_option(node_config),
+                ],
+                logs[-1],
+            )
+        # SuperNodes start alongside the SuperLink (they retry until it is up)
+        self._wait(lambda: _http_ok(f"http://{self.address}/health"), deadline)
+        self._wait(
+            lambda: all(_logged(log, _SUPERNODE_READY_RE) for log in logs), deadline
+        )
+
+    def run(
+        self,
+        app_dir: Path,
+        run_config: Mapping[str, Any] | None = None,
+        *,
+        timeout: float = 600.0,
+        check: bool = True,
+    ) -> CompletedRun:
+        """Run an app on this deployment with ``flwr run <app> <connection>``.
+
+        Parameters
+        ----------
+        app_dir : Path
+            Folder holding the app's ``pyproject.toml``.
+        run_config : Mapping[str, Any] | None
+            Overrides of ``[tool.flwr.app.config]`` (passed as a TOML file).
+        timeout : float
+            Seconds to wait for ``flwr run --stream`` to return.
+        check : bool
+            Raise :class:`FlowerLaunchError` unless the run completed.
+
+        Returns
+        -------
+        CompletedRun
+            Status, output and timing of the run.
+
+        Raises
+        ------
+        FlowerLaunchError
+            If not started, on timeout, or if ``check`` and the run failed.
+        ConfigError
+            If a ``run_config`` key is not in the app's config.
+        """
+        if not self._procs:
+            raise FlowerLaunchError("DeploymentRuntime is not started")
+        app_dir = Path(app_dir).resolve()
+        check_run_config(app_dir, run_config or {})
+        self._runs += 1
+        tag = f"run-{self._runs}"
+        args = write_run_config(run_config or {}, self.log_dir / f"{tag}-config.toml")
+        run_id, returncode, output, wall_s = flwr_run(
+            app_dir,
+            self.connection,
+            args,
+            self.env,
+            self.log_dir / f"flwr-{tag}.log",
+            timeout,
+        )
+        status, details = "unknown", "run was not created"
+        if run_id is not None:
+            status, details = query_status(self.env, self.connection, run_id)
+        result = CompletedRun(
+            run_id=run_id,
+            status=status,
+            status_details=details,
+            returncode=returncode,
+            output=output,
+            wall_s=wall_s,
+            log_path=self.log_dir / f"flwr-{tag}.log",
+            launch_id=self.launch_id,
+        )
+        return result.check() if check else result
+
+    def stop(self) -> list[int]:
+        """End every process of this deployment; return the PIDs signalled.
+
+        Returns
+        -------
+        list[int]
+            Sorted PIDs that were signalled (empty if nothing was running).
+        """
+        ended = terminate_launched(self.launch_id, self._procs, self.grace_s)
+        self._procs.clear()
+        return ended
+
+    # ------------------------------------------------------------- helpers
+    def _spawn(self, cmd: list[str], log_path: Path) -> None:
+        with log_path.open("w", encoding="utf-8") as log_file:
+            self._procs.append(
+                subprocess.Popen(
+                    cmd,
+                    env=self.env,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            )
+
+    def _wait(self, ready: Callable[[], bool], deadline: float) -> None:
+        while not ready():
+            for proc, name in zip(self._procs, self._names(), strict=False):
+                if proc.poll() is not None:
+                    raise FlowerLaunchError(
+                        f"{name} exited with code {proc.returncode}; "
+                        f"see logs in {self.log_dir}"
+                    )
+            if time.monotonic() > deadline:
+                raise FlowerLaunchError(
+                    f"Flower deployment not ready within {self.startup_timeout} s; "
+                    f"see logs in {self.log_dir}"
+                )
+            time.sleep(0.2)
+
+    def _names(self) -> list[str]:
+        return ["flower-superlink"] + [
+            f"flower-supernode {i}" for i in range(len(self._procs) - 1)
+        ]
+
+    def _write_connection(self) -> None:
+        assert self.flwr_home is not None
+        path = self.flwr_home / "config.toml"
+        config: dict[str, Any] = {}
+        if path.exists():
+            config = tomli.loads(path.read_text(encoding="utf-8"))
+        superlink = config.setdefault("superlink", {})
+        superlink[self.connection] = {"address": self.address, "insecure": True}
+        path.write_text(tomli_w.dumps(config), encoding="utf-8")
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=0.5) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def _logged(path: Path, pattern: re.Pattern[str]) -> bool:
+    try:
+        return (
+            pattern.search(path.read_text(encoding="utf-8", errors="replace"))
+            is not None
+        )
+    except OSError:
+        return False

@@ -1,0 +1,141 @@
+"""Ray simulation: ``flwr run <app> local --stream`` on a local SuperLink.
+
+:func:`run_flwr_simulation` runs a Flower app on Flower's simulation engine
+(Ray) behind a managed local SuperLink on free loopback ports, reads the run's
+status, and ends every process the run started, by PID
+(:func:`~tpsl_flwr.engines.processes.terminate_launched`), also on timeout or
+error.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tpsl_flwr.engines.flower_env import (
+    check_run_config,
+    free_ports,
+    kv_option,
+    offline_flower_env,
+    write_run_config,
+)
+from tpsl_flwr.engines.flwr_cli import CompletedRun, flwr_run, query_status
+from tpsl_flwr.engines.processes import LAUNCH_ID_ENV, terminate_launched
+
+__all__ = ["run_flwr_simulation"]
+
+
+def run_flwr_simulation(
+    app_dir: Path,
+    num_supernodes: int,
+    run_config: Mapping[str, Any] | None,
+    flwr_home: Path,
+    timeout: float = 600.0,
+    *,
+    federation_config: Mapping[str, object] | None = None,
+    log_dir: Path | None = None,
+    check: bool = True,
+    grace_s: float = 10.0,
+) -> CompletedRun:
+    """Run a Flower app in Ray simulation with ``flwr run <app> local --stream``.
+
+    Processes. ``flwr run`` (a child of this process) starts a detached local
+    ``flower-superlink --simulation`` on two free loopback ports chosen here
+    (``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT``, ``FLWR_LOCAL_CONTROL_API_PORT``,
+    so the run never joins another session's SuperLink on the default 39091);
+    the SuperLink starts ``flower-superexec``, which starts ``flwr-simulation``
+    for the run, which starts Ray (GCS, raylet, workers) and stops it when the
+    run ends. ``flwr run --stream`` returns when the run's logs end. The run's
+    status is then read with ``flwr ls``, and the SuperLink and everything
+    carrying this launch's marker is ended by PID (see
+    :func:`~tpsl_flwr.engines.processes.terminate_launched`), also on timeout
+    or error.
+
+    Parameters
+    ----------
+    app_dir : Path
+        Folder holding the app's ``pyproject.toml`` (``[tool.flwr.app]``).
+    num_supernodes : int
+        Number of simulated SuperNodes (``--federation-config num-supernodes``).
+    run_config : Mapping[str, Any] | None
+        Overrides of ``[tool.flwr.app.config]``; every key must exist there
+        (checked here). Passed as a TOML file, so strings may hold spaces and
+        quotes.
+    flwr_home : Path
+        ``FLWR_HOME`` for this run (created if missing); holds the local
+        SuperLink's log (``local-superlink/superlink.log``) and state.
+    timeout : float
+        Seconds to wait for ``flwr run`` to return.
+    federation_config : Mapping[str, object] | None
+        Further ``--federation-config`` options (Flower's ``SimulationConfig``
+        fields in kebab case): ``client-resources-num-cpus`` (int),
+        ``client-resources-num-gpus`` (float), ``backend``, ``verbose``,
+        ``init-args-num-cpus``, ``init-args-num-gpus``,
+        ``init-args-logging-level``, ``init-args-log-to-driver``.
+    log_dir : Path | None
+        Where ``flwr-run.log`` and ``run-config.toml`` go; ``flwr_home`` if
+        ``None``.
+    check : bool
+        Raise :class:`~tpsl_flwr.engines.processes.FlowerLaunchError` unless
+        the run completed.
+    grace_s : float
+        Seconds between SIGTERM and SIGKILL during cleanup.
+
+    Returns
+    -------
+    CompletedRun
+        Status, output and timing of the run.
+
+    Raises
+    ------
+    FlowerLaunchError
+        On timeout, or if ``check`` and the run did not complete.
+    ConfigError
+        If a ``run_config`` key is not in the app's config.
+    ValueError
+        If ``num_supernodes < 1``.
+    """
+    if num_supernodes < 1:
+        raise ValueError(f"num_supernodes must be >= 1, got {num_supernodes}")
+    app_dir = Path(app_dir).resolve()
+    check_run_config(app_dir, run_config or {})
+    flwr_home = Path(flwr_home).resolve()
+    log_dir = flwr_home if log_dir is None else Path(log_dir).resolve()
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    launch_id = uuid.uuid4().hex
+    http_port, control_port = free_ports(2)
+    env = offline_flower_env(flwr_home)
+    env[LAUNCH_ID_ENV] = launch_id
+    env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(http_port)
+    env["FLWR_LOCAL_CONTROL_API_PORT"] = str(control_port)
+    fed = {"num-supernodes": num_supernodes, **dict(federation_config or {})}
+    args = ["--federation-config", kv_option(fed)]
+    args += write_run_config(run_config or {}, log_dir / "run-config.toml")
+    try:
+        run_id, returncode, output, wall_s = flwr_run(
+            app_dir,
+            "local",
+            args,
+            env,
+            log_dir / "flwr-run.log",
+            timeout,
+        )
+        status, details = "unknown", "run was not created"
+        if run_id is not None:
+            status, details = query_status(env, "local", run_id)
+    finally:
+        terminate_launched(launch_id, grace_s=grace_s)
+    result = CompletedRun(
+        run_id=run_id,
+        status=status,
+        status_details=details,
+        returncode=returncode,
+        output=output,
+        wall_s=wall_s,
+        log_path=log_dir / "flwr-run.log",
+        launch_id=launch_id,
+    )
+    return result.check() if check else result

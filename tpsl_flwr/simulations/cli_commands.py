@@ -1,0 +1,208 @@
+"""The handlers of the ``tpsl-flwr`` sub-commands (the parser is in ``cli``).
+
+Each takes the parsed arguments and returns the exit status; a bad value
+raises :class:`~tpsl_flwr.errors.TPSLError` and ``cli.main`` turns it into one
+line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from tpsl_flwr.errors import TPSLError
+from tpsl_flwr.experiments.run_report import format_cell
+
+EXIT_VIOLATION = 1
+EXIT_USAGE = 2
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """``simulate``: one experiment on ``--engine``, results to ``--json``."""
+    from tpsl_flwr.experiments.run import run_experiment
+    from tpsl_flwr.simulations.cli_flags import config_from_args
+
+    cfg = config_from_args(args)
+    quiet = args.json == "-"
+    results = run_experiment(cfg, args.engine, echo=None if quiet else sys.stdout)
+    write_json(results, args.json)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """``sweep``: every unfinished run of a grid, then its tables and plots."""
+    from pathlib import Path
+
+    from tpsl_flwr.experiments.sweep import describe, load_sweep, run_sweep
+
+    grid = load_sweep(args.config)
+    out = args.out_dir or f"sweep-{Path(args.config).stem}"
+    print(f"tpsl-flwr sweep: {describe(grid)}; out-dir {out}", file=sys.stderr)
+    done = run_sweep(grid, out, engine=args.engine, progress=not args.no_progress)
+    print(
+        f"tpsl-flwr sweep: ran {len(done['ran'])}, skipped {len(done['skipped'])} "
+        f"finished; wrote {', '.join(str(p) for p in done['files'])}"
+    )
+    return 0
+
+
+def cmd_flower_run(args: argparse.Namespace) -> int:
+    """``flower-run``: ``flwr run`` of an app on Ray, then a one-line summary."""
+    import dataclasses
+    from pathlib import Path
+
+    from tpsl_flwr.engines.flower_run import app_config, run_on_ray, source_app_dir
+    from tpsl_flwr.experiments.config import ExperimentConfig
+    from tpsl_flwr.experiments.experiment import provide_seeded_key
+
+    app_dir = source_app_dir() if args.app_dir is None else Path(args.app_dir)
+    # A simulation audits its transcript unless told otherwise.
+    overrides = {"audit": True, **parse_overrides(args.run_config)}
+    # Validate the whole config here: a bad value fails now, not inside Flower.
+    cfg = ExperimentConfig.from_run_config({**app_config(app_dir), **overrides})
+    if args.noise_seed is not None:
+        provide_seeded_key(dataclasses.replace(cfg, noise_seed=args.noise_seed))
+    results = run_on_ray(overrides, app_dir=app_dir, timeout=args.timeout)
+    metric = "test_auc" if "test_auc" in results else "test_accuracy"
+    print(
+        f"tpsl-flwr flower-run: {metric} {results.get(metric, float('nan')):.4f}, "
+        f"epsilon spent {results['epsilon_spent']}, "
+        f"{results['samples_per_second']:.0f} samples/s, "
+        f"{results['flower_wall_seconds']:.1f} s; results in "
+        f"{Path(results['config']['out-dir']) / 'results.json'}"
+    )
+    return 0
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    """``keygen``: an unbound noise key in the label party's folder."""
+    from tpsl_flwr.keyed_noise import NoiseKey
+    from tpsl_flwr.label_store import LabelStore
+
+    store = LabelStore(args.label_dir)
+    if args.seed is None:
+        key, origin = NoiseKey.from_os(), "os"
+    else:
+        key, origin = NoiseKey.from_seed(args.seed), "seed"
+    store.provide_key(key, origin)
+    print(
+        f"tpsl-flwr keygen: {'seeded (NOT secure)' if origin == 'seed' else 'secure'} "
+        f"key {key.fingerprint} in {store.key_path}; the next fresh run with "
+        f"label-dir {args.label_dir!r} uses it"
+    )
+    return 0
+
+
+def cmd_attack(args: argparse.Namespace) -> int:
+    """``attack``: the black-box attacks on a recorded transcript, offline."""
+    import numpy as np
+
+    from tpsl_flwr.wire.recorder import attack_transcript
+
+    labels = np.load(args.labels)
+    reports = attack_transcript(args.transcript, labels, args.partition)
+    if args.json == "-":
+        print(json.dumps(reports, indent=2, default=float))
+        return 0
+    print(f"party {args.partition}: attack AUC per epoch (pooled; per-batch mean)")
+    for epoch, report in reports.items():
+        cells = [
+            f"{name} {report[name]:.4f} ({report['per_batch'][name]['mean']:.4f})"
+            for name in ("norm", "cosine", "spectral")
+            if report.get(name) is not None
+        ]
+        print(f"epoch {epoch + 1}: " + ", ".join(cells))
+    write_json({str(k): v for k, v in reports.items()}, args.json)
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """``audit``: the white-box attack on a mechanism against its ceiling."""
+    from tpsl_flwr.attacks.audit import run_audit
+    from tpsl_flwr.mechanisms import make_mechanism
+
+    epsilon = args.epsilon
+    if epsilon is None and args.mechanism in ("laplace", "discrete"):
+        epsilon = 1.0
+    mechanism = make_mechanism(
+        args.mechanism, epsilon=epsilon, sigma=args.sigma, num_classes=args.classes
+    )
+    result = run_audit(
+        mechanism, samples=args.samples, seed=args.seed, prior=args.prior
+    )
+    record = result.to_dict()
+    if args.json == "-":
+        print(json.dumps(record, indent=2))
+    else:
+        print(format_audit_table(record))
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as handle:
+                json.dump(record, handle, indent=2)
+    if result.violation:
+        print(f"tpsl-flwr audit: {result.verdict}", file=sys.stderr)
+        return EXIT_VIOLATION
+    return 0
+
+
+def format_audit_table(record: dict[str, Any]) -> str:
+    """Render an audit result as a two-column text table."""
+    measured = "sda_auc" if record["sda_auc"] is not None else "sda_top1"
+    rows = [
+        ("mechanism", record["mechanism"]),
+        ("epsilon", record["epsilon"]),
+        ("sigma", record["sigma"]),
+        ("classes", record["classes"]),
+        ("samples", record["samples"]),
+        (measured, record[measured]),
+        ("expected (closed form)", record["expected"]),
+        ("standard error", record["standard_error"]),
+        ("auc_bound (any attack)", record["auc_bound"]),
+        ("top1_bound (any attack)", record["top1_bound"]),
+        ("empirical epsilon >= (95%)", record["empirical_epsilon_lower_bound"]),
+        ("realized flip rate", record["realized_noise"]["flip_rate"]),
+        ("expected flip rate", record["expected_noise"]["flip_rate"]),
+        ("realized mean |noise|", record["realized_noise"]["mean_abs_noise"]),
+        ("expected mean |noise|", record["expected_noise"]["mean_abs_noise"]),
+        ("verdict", record["verdict"]),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name.ljust(width)}  {format_cell(value)}" for name, value in rows]
+    lines += [f"note: {note}" for note in record["notes"]]
+    return "\n".join(lines)
+
+
+def write_json(results: dict[str, Any], path: str | None) -> None:
+    """Write ``results`` as JSON to ``path`` (``-``: stdout; ``None``: nowhere)."""
+    text = json.dumps(results, indent=2, default=str)
+    if path == "-":
+        print(text)
+    elif path:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as a dict (values parsed as JSON where they parse).
+
+    Examples
+    --------
+    >>> parse_overrides(["epochs=3", "dataset=digits", "audit=false"])
+    {'epochs': 3, 'dataset': 'digits', 'audit': False}
+    >>> parse_overrides(["epochs"])
+    Traceback (most recent call last):
+    ...
+    tpsl_flwr.errors.TPSLError: --run-config expects KEY=VALUE, got 'epochs'
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise TPSLError(f"--run-config expects KEY=VALUE, got {pair!r}")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key] = value
+    return out

@@ -1,0 +1,179 @@
+"""Command-line flags generated from :class:`ExperimentConfig`, one per field.
+
+Every run-config key is a ``tpsl-flwr simulate`` flag of the same kebab-case
+name (``num-parties`` -> ``--num-parties``), typed by the dataclass field, with
+its help from :data:`~tpsl_flwr.experiments.config.FIELD_HELP` and its valid
+values from :data:`~tpsl_flwr.experiments.config.FIELD_CHOICES`; booleans get
+``--x/--no-x``. Adding a field to the dataclass (and its line of help) adds
+the flag. ``noise-seed``, a field that never enters the run config, is a flag
+of its own group.
+
+Bad values give one line naming the value (the parser's ``error`` decides the
+exit status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tpsl_flwr.experiments.config import (
+    FIELD_CHOICES,
+    FIELD_HELP,
+    LABEL_PARTY_ONLY,
+    ExperimentConfig,
+)
+
+__all__ = [
+    "add_config_flags",
+    "config_from_args",
+    "flag_name",
+    "integer",
+    "number",
+]
+
+
+def number(name: str) -> Callable[[str], float]:
+    """An argparse ``type`` reading a float, its error naming ``name``.
+
+    Examples
+    --------
+    >>> number("lr")("0.5")
+    0.5
+    >>> number("lr")("fast")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: lr must be a number, got 'fast'
+    """
+
+    def parse(text: str) -> float:
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a number, got {text!r}"
+            ) from None
+
+    return parse
+
+
+def integer(name: str, minimum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` reading an int (``>= minimum`` if given).
+
+    Examples
+    --------
+    >>> integer("epochs")("3")
+    3
+    >>> integer("epochs", 1)("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: epochs must be >= 1, got 0
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be an integer, got {text!r}"
+            ) from None
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be >= {minimum}, got {value}"
+            )
+        return value
+
+    return parse
+
+
+def flag_name(field: str) -> str:
+    """The flag of a dataclass field: its run-config key with ``--``.
+
+    Examples
+    --------
+    >>> flag_name("num_parties")
+    '--num-parties'
+    """
+    return "--" + field.replace("_", "-")
+
+
+def add_config_flags(
+    parser: argparse.ArgumentParser,
+    defaults: Mapping[str, Any] | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> None:
+    """Add one flag per :class:`ExperimentConfig` field to ``parser``.
+
+    Parameters
+    ----------
+    parser
+        The parser (a sub-command's).
+    defaults
+        Defaults that differ from the dataclass's, by field name.
+    notes
+        Extra help, by field name (say why a default differs).
+
+    Examples
+    --------
+    >>> parser = argparse.ArgumentParser()
+    >>> add_config_flags(parser, defaults={"audit": True})
+    >>> args = parser.parse_args(["--num-parties", "3", "--no-audit"])
+    >>> args.num_parties, args.audit, args.epochs
+    (3, False, 2)
+    """
+    defaults = dict(defaults or {})
+    notes = dict(notes or {})
+    run_config = parser.add_argument_group(
+        "run config",
+        "the keys of [tool.flwr.app.config] (flwr run --run-config), same names",
+    )
+    label_only = parser.add_argument_group(
+        "label party only", "never in the run config the nodes receive"
+    )
+    hints = typing.get_type_hints(ExperimentConfig)
+    for field in dataclasses.fields(ExperimentConfig):
+        key = field.name.replace("_", "-")
+        default = defaults.get(field.name, field.default)
+        help_text = FIELD_HELP[key].replace("%", "%%")
+        if field.name in notes:
+            help_text += f"; {notes[field.name]}"
+        group = label_only if field.name in LABEL_PARTY_ONLY else run_config
+        action = group.add_argument(
+            flag_name(field.name),
+            dest=field.name,
+            default=default,
+            help=help_text,
+            **_kind(key, hints[field.name]),
+        )
+        if "(default:" not in (action.help or ""):
+            shown = "''" if default == "" else "%(default)s"
+            action.help = f"{action.help} (default: {shown})"
+
+
+def _kind(key: str, kind: type) -> dict[str, Any]:
+    """The ``add_argument`` options of a field of type ``kind``."""
+    if kind is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if kind is int:
+        return {"type": integer(key), "metavar": "N"}
+    if kind is float:
+        return {"type": number(key), "metavar": "X"}
+    if key in FIELD_CHOICES:
+        return {"choices": FIELD_CHOICES[key]}
+    return {"metavar": "PATH" if key.endswith(("-path", "-dir")) else "TEXT"}
+
+
+def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
+    """The :class:`ExperimentConfig` of parsed flags (from :func:`add_config_flags`).
+
+    Raises
+    ------
+    ConfigError
+        If a value is refused by the dataclass (the message names it).
+    """
+    return ExperimentConfig(
+        **{f.name: getattr(args, f.name) for f in dataclasses.fields(ExperimentConfig)}
+    )
