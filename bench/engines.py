@@ -41,8 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import tomli
-
+from tpsl_flwr.engines.flower_env import app_config
 from tpsl_flwr.engines.processes import find_launched_processes
 from tpsl_flwr.engines.simulation import run_flwr_simulation
 
@@ -52,8 +51,7 @@ TARGET = 0.5
 
 def app_defaults() -> dict[str, Any]:
     """``[tool.flwr.app.config]`` of the repo's app, as Flower reads it."""
-    pyproject = tomli.loads((APP_DIR / "pyproject.toml").read_text(encoding="utf-8"))
-    return dict(pyproject["tool"]["flwr"]["app"]["config"])
+    return app_config(APP_DIR)
 
 
 def run_config(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tpsl_flwr.simulations.cli import main
-from tpsl_flwr.wire.recorder import attack_transcript
+from tpsl_flwr.wire.recorder import score_recorded_transcript
 
 
 @pytest.mark.parametrize("mechanism", ["none", "laplace"])
@@ -35,7 +35,7 @@ def test_in_training_audit_equals_the_offline_attacker(tmp_path, mechanism, caps
     labels = np.load(results["evaluation_labels"])
     # Assert: the attacker's own scoring of its own files gives the same AUCs.
     for partition in (0, 1):
-        offline = attack_transcript(transcript, labels, partition)
+        offline = score_recorded_transcript(transcript, labels, partition)
         assert sorted(offline) == [0, 1]
         for epoch, report in offline.items():
             audited = results["history"][epoch]["attack_auc"]["by_party"][partition]

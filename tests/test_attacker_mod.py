@@ -12,10 +12,10 @@ from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.recorder import (
-    attack_transcript,
     load_transcript,
     party_folder,
     record_transcript,
+    score_recorded_transcript,
 )
 
 WIDTH = 3
@@ -151,7 +151,7 @@ def test_offline_report_equals_attack_report_on_the_same_batches(tmp_path):
         messages.append(gradient_message(node, 1, epoch1[8:], P.MSG_EMBED_TEST))
         grid.send_and_receive(messages)
     # Execute
-    offline = attack_transcript(tmp_path, labels, partition=0)
+    offline = score_recorded_transcript(tmp_path, labels, partition=0)
     # Assert
     assert list(offline) == [0, 1]
     for epoch, steps in ((0, epoch0), (1, epoch1)):
@@ -172,7 +172,7 @@ def test_multiclass_labels_give_no_black_box_numbers(tmp_path):
         grid.send_and_receive(
             [gradient_message(node, 0, [(np.arange(3), np.ones((3, WIDTH)))])]
         )
-    report = attack_transcript(tmp_path, np.array([0, 1, 2]))[0]
+    report = score_recorded_transcript(tmp_path, np.array([0, 1, 2]))[0]
     assert report["classes"] == 3 and report["sda_top1"] is None
 
 
@@ -203,8 +203,8 @@ def test_loader_and_offline_attack_errors(tmp_path):
             [gradient_message(node, 0, [(np.array([0, 9]), np.ones((2, WIDTH)))])]
         )
     with pytest.raises(ConfigError, match=r"outside \[0, 5\)"):
-        attack_transcript(tmp_path, np.zeros(5, dtype=np.int64))
+        score_recorded_transcript(tmp_path, np.zeros(5, dtype=np.int64))
     with pytest.raises(ConfigError, match="integer"):
-        attack_transcript(tmp_path, np.zeros(10))
-    report = attack_transcript(tmp_path, np.zeros(10, dtype=np.int64))[0]
+        score_recorded_transcript(tmp_path, np.zeros(10))
+    report = score_recorded_transcript(tmp_path, np.zeros(10, dtype=np.int64))[0]
     assert math.isnan(report["norm"])  # a single class: no AUC

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tpsl_flwr.attacks.audit import run_audit
+from tpsl_flwr.attacks.mechanism_audit import run_audit
 from tpsl_flwr.closed_forms import sda_auc_laplace
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.mechanisms import LaplacePerturb, make_mechanism

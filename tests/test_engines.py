@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
@@ -23,7 +22,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.task_identity import TaskIdentity
 
 from tpsl_flwr.engines.deployment import DeploymentRuntime
-from tpsl_flwr.engines.flower_env import offline_flower_env
+from tpsl_flwr.engines.flower_env import app_config, offline_flower_env
 from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.engines.inprocess_run import run_inprocess
@@ -358,8 +357,7 @@ def _provide_seeded_key(out_dir: Path) -> None:
 
 
 def _app_defaults() -> dict[str, Any]:
-    pyproject = tomli.loads((APP_DIR / "pyproject.toml").read_text(encoding="utf-8"))
-    return dict(pyproject["tool"]["flwr"]["app"]["config"])
+    return app_config(APP_DIR)
 
 
 def _inprocess_history(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:

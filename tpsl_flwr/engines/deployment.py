@@ -20,7 +20,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import tomli
 import tomli_w
 
 from tpsl_flwr.engines.flower_env import (
@@ -28,6 +27,7 @@ from tpsl_flwr.engines.flower_env import (
     free_ports,
     kv_option,
     offline_flower_env,
+    read_toml,
     write_run_config,
 )
 from tpsl_flwr.engines.flwr_cli import CompletedRun, flwr_run, query_status
@@ -36,6 +36,7 @@ from tpsl_flwr.engines.processes import (
     FlowerLaunchError,
     terminate_launched,
 )
+from tpsl_flwr.wire import protocol as P
 
 __all__ = ["DeploymentRuntime"]
 
@@ -167,8 +168,8 @@ class DeploymentRuntime:
         logs = []
         for i, port in enumerate(node_ports):
             node_config: dict[str, object] = {
-                "partition-id": i,
-                "num-partitions": self.num_supernodes,
+                P.PARTITION_ID: i,
+                P.NUM_PARTITIONS: self.num_supernodes,
             }
             if self.node_configs is not None:
                 node_config.update(self.node_configs[i])
@@ -305,7 +306,7 @@ class DeploymentRuntime:
         path = self.flwr_home / "config.toml"
         config: dict[str, Any] = {}
         if path.exists():
-            config = tomli.loads(path.read_text(encoding="utf-8"))
+            config = read_toml(path)
         superlink = config.setdefault("superlink", {})
         superlink[self.connection] = {"address": self.address, "insecure": True}
         path.write_text(tomli_w.dumps(config), encoding="utf-8")

@@ -17,8 +17,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import tomli
 import tomli_w
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 from flwr.common.config import flatten_dict
 
 from tpsl_flwr.errors import ConfigError
@@ -140,9 +144,7 @@ def check_run_config(app_dir: Path, run_config: Mapping[str, Any]) -> None:
     """
     if not run_config:
         return
-    pyproject = tomli.loads((app_dir / "pyproject.toml").read_text(encoding="utf-8"))
-    app_config = pyproject.get("tool", {}).get("flwr", {}).get("app", {})
-    known = set(flatten_dict(app_config.get("config", {})))
+    known = set(flatten_dict(app_config(app_dir)))
     unknown = sorted(set(flatten_dict(dict(run_config))) - known)
     if unknown:
         raise ConfigError(
@@ -157,3 +159,29 @@ def write_run_config(run_config: Mapping[str, Any], path: Path) -> list[str]:
         return []
     path.write_text(tomli_w.dumps(dict(run_config)), encoding="utf-8")
     return ["--run-config", str(path)]
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file as a dict (``tomllib``, or ``tomli`` on Python 3.10)."""
+    with Path(path).open("rb") as handle:
+        return tomllib.load(handle)
+
+
+def app_config(app_dir: Path) -> dict[str, Any]:
+    """The app's ``[tool.flwr.app.config]`` defaults: the one reader of them.
+
+    Raises
+    ------
+    ConfigError
+        If the folder has no ``pyproject.toml`` or it has no such table.
+    """
+    path = Path(app_dir) / "pyproject.toml"
+    if not path.is_file():
+        raise ConfigError(
+            f"{Path(app_dir).resolve()} is not a Flower app folder: it has no "
+            "pyproject.toml with a [tool.flwr.app] table"
+        )
+    try:
+        return dict(read_toml(path)["tool"]["flwr"]["app"]["config"])
+    except KeyError:
+        raise ConfigError(f"{path} has no [tool.flwr.app.config]") from None

@@ -19,12 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 import tpsl_flwr
+from tpsl_flwr.engines.flower_env import app_config, read_toml
 from tpsl_flwr.engines.processes import FlowerLaunchError
 from tpsl_flwr.engines.simulation import run_flwr_simulation
 from tpsl_flwr.errors import ConfigError
@@ -43,28 +39,12 @@ def source_app_dir() -> Path:
     """
     root = Path(tpsl_flwr.__file__).resolve().parents[1]
     pyproject = root / "pyproject.toml"
-    if not pyproject.exists() or "tool" not in _read_toml(pyproject):
+    if not pyproject.exists() or "tool" not in read_toml(pyproject):
         raise ConfigError(
             f"no Flower app found beside the package ({pyproject}); install it "
             "with `pip install -e .` from the source tree, or run `flwr run` there"
         )
     return root
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    with path.open("rb") as handle:
-        return tomllib.load(handle)
-
-
-def app_config(app_dir: Path) -> dict[str, Any]:
-    """The app's ``[tool.flwr.app.config]`` defaults."""
-    data = _read_toml(Path(app_dir) / "pyproject.toml")
-    try:
-        return dict(data["tool"]["flwr"]["app"]["config"])
-    except KeyError:
-        raise ConfigError(
-            f"{app_dir}/pyproject.toml has no [tool.flwr.app.config]"
-        ) from None
 
 
 def _follow(path: Path, stop: threading.Event, out: TextIO) -> None:

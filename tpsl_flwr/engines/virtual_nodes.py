@@ -33,6 +33,7 @@ from flwr.server.utils.validator import validate_message
 from flwr.supercore.task_identity import TaskIdentity
 
 from tpsl_flwr.engines.message_copy import copy_context
+from tpsl_flwr.wire import protocol as P
 
 __all__ = [
     "ClientAppCallable",
@@ -174,8 +175,8 @@ def make_nodes(
     for partition_id in range(num_nodes):
         node_id = draw_id(rng, set(nodes))
         node_config: UserConfig = {
-            "partition-id": partition_id,
-            "num-partitions": num_nodes,
+            P.PARTITION_ID: partition_id,
+            P.NUM_PARTITIONS: num_nodes,
         }
         if node_configs is not None:
             node_config.update(node_configs[partition_id])

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.experiments.experiment import RESULTS_FILE
 from tpsl_flwr.experiments.run import check_engine, run_experiment
 from tpsl_flwr.experiments.sweep_config import (
     GRID_KEYS,
@@ -47,7 +48,6 @@ __all__ = [
     "write_csv",
 ]
 
-RESULTS_FILE = "results.json"
 ATTACK_COLUMNS = ("norm", "cosine", "spectral", "sda", "sda_top1", "auc_bound")
 CSV_COLUMNS = (
     "run",

@@ -99,10 +99,10 @@ def cmd_attack(args: argparse.Namespace) -> int:
     """``attack``: the black-box attacks on a recorded transcript, offline."""
     import numpy as np
 
-    from tpsl_flwr.wire.recorder import attack_transcript
+    from tpsl_flwr.wire.recorder import score_recorded_transcript
 
     labels = np.load(args.labels)
-    reports = attack_transcript(args.transcript, labels, args.partition)
+    reports = score_recorded_transcript(args.transcript, labels, args.partition)
     if args.json == "-":
         print(json.dumps(reports, indent=2, default=float))
         return 0
@@ -120,7 +120,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     """``audit``: the white-box attack on a mechanism against its ceiling."""
-    from tpsl_flwr.attacks.audit import run_audit
+    from tpsl_flwr.attacks.mechanism_audit import run_audit
     from tpsl_flwr.mechanisms import make_mechanism
 
     epsilon = args.epsilon

@@ -36,12 +36,12 @@ STATE_KEY = "tpsl.party-state"
 def partition_of(context: Context) -> tuple[int, int]:
     """``(partition-id, num-partitions)`` from the node config."""
     config = context.node_config
-    if "partition-id" not in config or "num-partitions" not in config:
+    if P.PARTITION_ID not in config or P.NUM_PARTITIONS not in config:
         raise ProtocolError(
             "node config lacks partition-id/num-partitions; start the SuperNode with "
             '--node-config "partition-id=I num-partitions=N"'
         )
-    return int(config["partition-id"]), int(config["num-partitions"])
+    return int(config[P.PARTITION_ID]), int(config[P.NUM_PARTITIONS])
 
 
 def node_checkpoint_path(context: Context) -> Path:

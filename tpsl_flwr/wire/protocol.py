@@ -40,7 +40,8 @@ SPLIT = "split"
 CHECKPOINT_EPOCH = "checkpoint-epoch"
 RESUME_EPOCH = "resume-epoch"
 
-# Keys of NODE.
+# Keys of NODE; the same two names are the keys of a SuperNode's node config
+# (``flower-supernode --node-config "partition-id=I num-partitions=N"``).
 PARTITION_ID = "partition-id"
 NUM_PARTITIONS = "num-partitions"
 EMBEDDING_DIM = "embedding-dim"

@@ -14,7 +14,7 @@ overwritten, and recording into a folder that already holds a transcript
 continues its numbering.
 
 :func:`load_transcript` reads the files back in message order, and
-:func:`attack_transcript` runs the black-box gradient attacks (norm, cosine,
+:func:`score_recorded_transcript` runs the black-box gradient attacks (norm, cosine,
 spectral) of :func:`tpsl_flwr.attacks.attack_report` on each epoch, as an
 offline attacker would: it has no white-box parameters, so no SDA.
 """
@@ -188,7 +188,7 @@ def load_transcript(
     return out
 
 
-def attack_transcript(
+def score_recorded_transcript(
     directory: str | os.PathLike[str],
     labels: ArrayLike,
     partition: int = 0,
