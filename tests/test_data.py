@@ -298,7 +298,7 @@ def _integrate(f: Any, lo: float, hi: float, n: int = 400_001) -> float:
 def test_synthetic_clipped_moment_constants() -> None:
     # Golden values: recompute the winsorized moments by numerical integration,
     # with the closed-form t(3) and log-normal(0, 1) densities and tails.
-    from tpsl_flwr.data import synthetic as syn
+    from tpsl_flwr.data import synthetic_terms as syn
 
     assert (syn._CLIP, syn._T_DF, syn._LOGNORMAL_SIGMA) == (4.0, 3.0, 1.0)
     t_sd = np.sqrt(3.0)

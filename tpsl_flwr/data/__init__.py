@@ -39,13 +39,8 @@ from tpsl_flwr.data.synthetic import (
     make_synthetic_features,
 )
 from tpsl_flwr.data.tabular import DatasetSplit, PartyFeatures, TabularData
-from tpsl_flwr.data.views import (
-    LabelView,
-    PartyView,
-    id_space_fingerprint,
-    load_label_view,
-    load_party_view,
-)
+from tpsl_flwr.data.view_records import LabelView, PartyView, id_space_fingerprint
+from tpsl_flwr.data.views import load_label_view, load_party_view
 
 if TYPE_CHECKING:
     from tpsl_flwr.data.ctr.avazu import load_avazu

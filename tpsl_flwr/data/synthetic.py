@@ -5,19 +5,12 @@ columns with Zipf-like category frequencies, and a rare positive class. Labels c
 from a known logit, so the Bayes-optimal score (the true probability) is available
 and a model's test AUC can be compared with the best achievable one.
 
-The ground-truth logit is ``s(x) = f(x) + b`` with the feature part
-
-    f(x) = sum_j w_j u_j + sum_j e_j[c_j] + w u_0 u_1 + T[c_0, c_1]
-
-``u_j`` the numeric columns winsorized at 4 population standard deviations and
-rescaled to population mean 0 and variance 1 (so an extreme feature value moves
-the logit by a bounded amount, as after the log transform CTR pipelines apply),
-``e_j`` per-category effects, one numeric-numeric and one
-categorical-categorical pairwise interaction (``T`` double-centred under the
-category frequencies, so a main-effects model cannot represent it). Every term has
-population mean zero and the terms are uncorrelated; each is scaled to a fixed
-share of the variance so that ``f`` has population standard deviation
-``logit_sd`` for every seed, which keeps the Bayes AUC stable across seeds.
+The ground-truth logit is ``s(x) = f(x) + b``; the columns and the feature part
+``f`` (winsorized numeric terms, per-category effects, two pairwise interactions,
+population sd ``logit_sd``) are built in :mod:`~tpsl_flwr.data.synthetic_terms`.
+Every feature is drawn before anything about the labels, so
+:func:`make_synthetic_features` stops there and a non-label party can compute its
+columns without a label.
 
 Labels are ``y = 1[L < s(x)]`` with ``L`` standard-logistic noise, i.e.
 Bernoulli(sigmoid(s)). The intercept ``b`` is the quantile of ``L - f(x)`` that
@@ -33,6 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit
 
+from tpsl_flwr.data.synthetic_terms import (
+    categorical_columns,
+    feature_logit,
+    numeric_columns,
+    zipf_pmf,
+)
 from tpsl_flwr.errors import ConfigError
 
 __all__ = [
@@ -41,30 +40,6 @@ __all__ = [
     "make_synthetic_ctr",
     "make_synthetic_features",
 ]
-
-_T_DF = 3.0
-"""Degrees of freedom of the Student-t numeric columns (finite variance, heavy)."""
-_LOGNORMAL_SIGMA = 1.0
-"""Log-scale standard deviation of the log-normal numeric columns."""
-_CLIP = 4.0
-"""The logit sees numeric columns winsorized at this many population sds."""
-_T_CLIPPED_SD = 0.8904464171699242
-"""Population sd of a standardized t(3) variable clipped to [-4, 4] (mean 0)."""
-_LOGNORMAL_CLIPPED_MEAN = -0.02283369993224158
-_LOGNORMAL_CLIPPED_SD = 0.8200780113886685
-"""Population mean and sd of a standardized log-normal(0, 1) clipped to [-4, 4].
-
-The three constants were computed by numerical integration with scipy; a test
-recomputes them.
-"""
-_VARIANCE_SHARES = {
-    "numeric": 0.35,
-    "categorical": 0.35,
-    "num_pair": 0.15,
-    "cat_pair": 0.15,
-}
-"""Share of the feature logit's variance each term carries (renormalized over the
-terms a table has)."""
 
 
 @dataclass(frozen=True)
@@ -263,11 +238,11 @@ def _draw_features(
     zipf_exponent: float,
 ) -> SyntheticFeatures:
     """Every feature draw, in the generator's order (before any label draw)."""
-    numeric, u = _numeric_columns(rng, rows, num_numeric)
+    numeric, u = numeric_columns(rng, rows, num_numeric)
     low, high = cardinality_range
     cards = rng.integers(low, high + 1, size=num_categorical)
-    pmfs = tuple(_zipf_pmf(int(c), zipf_exponent) for c in cards)
-    categorical = _categorical_columns(rng, rows, list(pmfs))
+    pmfs = tuple(zipf_pmf(int(c), zipf_exponent) for c in cards)
+    categorical = categorical_columns(rng, rows, list(pmfs))
     return SyntheticFeatures(
         numeric=numeric,
         categorical=categorical,
@@ -287,7 +262,7 @@ def _draw_labels(
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """The true logit, intercept and labels, drawn after the features."""
     rows = feats.numeric.shape[0]
-    logit = _feature_logit(rng, feats.u, feats.categorical, list(feats.pmfs), logit_sd)
+    logit = feature_logit(rng, feats.u, feats.categorical, list(feats.pmfs), logit_sd)
     # y = 1[L < logit + b]: choose b between the K-th and (K+1)-th smallest L - logit.
     slack = rng.logistic(size=rows) - logit
     k = round(positive_rate * rows)
@@ -296,95 +271,6 @@ def _draw_labels(
     labels = (slack < intercept).astype(np.int64)
     logit += intercept
     return labels, logit, intercept
-
-
-def _numeric_columns(
-    rng: np.random.Generator, rows: int, num_numeric: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Heavy-tailed raw columns, and the winsorized unit-variance version ``u``.
-
-    ``z`` is a column scaled by its population mean and sd, clipped to
-    ``[-_CLIP, _CLIP]``, then centred and scaled again by the clipped variable's
-    population moments, so every ``u_j`` has mean 0 and variance 1 exactly.
-    """
-    n_t = (num_numeric + 1) // 2
-    heavy = rng.standard_t(_T_DF, size=(rows, n_t))
-    skewed = np.exp(_LOGNORMAL_SIGMA * rng.standard_normal((rows, num_numeric - n_t)))
-    numeric = np.empty((rows, num_numeric), dtype=np.float64)
-    numeric[:, 0::2] = heavy
-    numeric[:, 1::2] = skewed
-    s2 = _LOGNORMAL_SIGMA**2
-    mean = np.zeros(num_numeric)
-    sd = np.full(num_numeric, math.sqrt(_T_DF / (_T_DF - 2.0)))
-    mean[1::2] = math.exp(s2 / 2.0)
-    sd[1::2] = math.sqrt((math.exp(s2) - 1.0) * math.exp(s2))
-    clipped_mean = np.zeros(num_numeric)
-    clipped_sd = np.full(num_numeric, _T_CLIPPED_SD)
-    clipped_mean[1::2] = _LOGNORMAL_CLIPPED_MEAN
-    clipped_sd[1::2] = _LOGNORMAL_CLIPPED_SD
-    z = np.clip((numeric - mean) / sd, -_CLIP, _CLIP)
-    return numeric, (z - clipped_mean) / clipped_sd
-
-
-def _zipf_pmf(card: int, exponent: float) -> np.ndarray:
-    """Category frequencies ``P(v) ~ (v + 1)^-exponent`` for ``v < card``."""
-    weights = np.arange(1, card + 1, dtype=np.float64) ** -exponent
-    return weights / weights.sum()
-
-
-def _categorical_columns(
-    rng: np.random.Generator, rows: int, pmfs: list[np.ndarray]
-) -> np.ndarray:
-    """Codes drawn from ``pmfs`` by inverse-CDF lookup (one pass a column)."""
-    u = rng.random((len(pmfs), rows))
-    out = np.empty((rows, len(pmfs)), dtype=np.int64)
-    for j, pmf in enumerate(pmfs):
-        cdf = np.cumsum(pmf)
-        out[:, j] = np.minimum(np.searchsorted(cdf, u[j], side="right"), pmf.size - 1)
-    return out
-
-
-def _feature_logit(
-    rng: np.random.Generator,
-    u: np.ndarray,
-    categorical: np.ndarray,
-    pmfs: list[np.ndarray],
-    logit_sd: float,
-) -> np.ndarray:
-    """The feature part ``f(x)`` of the logit, with population sd ``logit_sd``.
-
-    Each term is built with population mean zero and its exact population
-    variance, then scaled to its share of ``logit_sd**2``.
-    """
-    rows, num_numeric = u.shape
-    terms: dict[str, tuple[np.ndarray, float]] = {}
-    if num_numeric:
-        w = rng.standard_normal((num_numeric,))
-        terms["numeric"] = (u @ w, float(w @ w))
-    if pmfs:
-        cards = np.array([p.size for p in pmfs])
-        effects = [rng.standard_normal((p.size,)) for p in pmfs]
-        effects = [e - p @ e for e, p in zip(effects, pmfs, strict=True)]
-        var = sum(float(p @ e**2) for e, p in zip(effects, pmfs, strict=True))
-        offsets = np.concatenate(([0], np.cumsum(cards)[:-1]))
-        flat = np.concatenate(effects)
-        terms["categorical"] = (np.take(flat, categorical + offsets).sum(axis=1), var)
-    if num_numeric >= 2:
-        terms["num_pair"] = (u[:, 0] * u[:, 1], 1.0)
-    if len(pmfs) >= 2:
-        p0, p1 = pmfs[0], pmfs[1]
-        t = rng.standard_normal((p0.size, p1.size))
-        t = t - (t @ p1)[:, None]
-        t = t - (p0 @ t)[None, :]
-        index = categorical[:, 0] * p1.size + categorical[:, 1]
-        terms["cat_pair"] = (np.take(t.ravel(), index), float(p0 @ t**2 @ p1))
-    total_share = sum(_VARIANCE_SHARES[name] for name in terms)
-    logit = np.zeros(rows)
-    for name, (values, var) in terms.items():
-        if var > 0.0:
-            share = _VARIANCE_SHARES[name] / total_share
-            logit += values * (logit_sd * math.sqrt(share / var))
-    return logit
 
 
 def _check_args(

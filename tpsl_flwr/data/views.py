@@ -10,18 +10,16 @@ the ids from the public :class:`DataSpec` alone, because train/test membership
 is a function of the record id (:mod:`~tpsl_flwr.data.membership`), never of a
 label: a label-dependent membership or order would hand labels to every node.
 
-Within a split, the wire id of a record is its position (``0..n_train-1``,
-``0..n_test-1``) in increasing record-id order; :func:`id_space_fingerprint`
-binds a noise key to that id space. For every dataset, :func:`load_dataset`'s
+The records (:class:`PartyView`, :class:`LabelView` and
+:func:`id_space_fingerprint` of their wire ids) live in
+:mod:`~tpsl_flwr.data.view_records`. For every dataset, :func:`load_dataset`'s
 tables equal the label view's labels and the party views' columns, bitwise and in
 the same order.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -43,7 +41,8 @@ from tpsl_flwr.data.membership import hash_is_test, split_positions
 from tpsl_flwr.data.preprocess import bayes_auc, label_info, standardize
 from tpsl_flwr.data.spec import DataSpec, dataset_columns
 from tpsl_flwr.data.synthetic import make_synthetic_ctr, make_synthetic_features
-from tpsl_flwr.data.tabular import PartyFeatures, check_ids
+from tpsl_flwr.data.tabular import PartyFeatures
+from tpsl_flwr.data.view_records import LabelView, PartyView, id_space_fingerprint
 from tpsl_flwr.errors import ConfigError
 
 __all__ = [
@@ -55,119 +54,6 @@ __all__ = [
     "load_label_view",
     "load_party_view",
 ]
-
-
-def id_space_fingerprint(train_ids: np.ndarray, test_ids: np.ndarray) -> str:
-    """SHA-256 of the train and test record ids, to bind a noise key to them.
-
-    Parameters
-    ----------
-    train_ids, test_ids : np.ndarray
-        Record ids (int64 increasing) in wire-id order.
-
-    Returns
-    -------
-    str
-        64 hex digits; equal for equal id spaces on every machine.
-
-    Examples
-    --------
-    >>> a = id_space_fingerprint(np.array([0, 2]), np.array([1]))
-    >>> a == id_space_fingerprint(np.array([0, 1]), np.array([2])), len(a)
-    (False, 64)
-    """
-    h = hashlib.sha256(b"tpsl-id-space-v1")
-    for ids in (train_ids, test_ids):
-        arr = np.ascontiguousarray(ids, dtype="<i8")
-        h.update(len(arr).to_bytes(8, "little"))
-        h.update(arr.tobytes())
-    return h.hexdigest()
-
-
-def _check_view_ids(view: PartyView | LabelView, n_train: int, n_test: int) -> None:
-    check_ids(view.train_ids, n_train, "train_ids")
-    check_ids(view.test_ids, n_test, "test_ids")
-    if np.intersect1d(view.train_ids, view.test_ids).size:
-        raise ConfigError("train_ids and test_ids must be disjoint")
-
-
-@dataclass(frozen=True)
-class PartyView:
-    """A non-label party's data: its columns and the record ids, no labels.
-
-    Parameters
-    ----------
-    train, test : PartyFeatures
-        The party's columns of the train and test records, in record-id order.
-    train_ids, test_ids : np.ndarray
-        Record ids (int64, increasing); the wire id of a record is its position.
-
-    Raises
-    ------
-    ConfigError
-        If ids and rows disagree.
-    """
-
-    train: PartyFeatures
-    test: PartyFeatures
-    train_ids: np.ndarray
-    test_ids: np.ndarray
-
-    def __post_init__(self) -> None:
-        _check_view_ids(self, len(self.train), len(self.test))
-
-    @property
-    def id_space(self) -> str:
-        """:func:`id_space_fingerprint` of the ids."""
-        return id_space_fingerprint(self.train_ids, self.test_ids)
-
-
-@dataclass(frozen=True)
-class LabelView:
-    """The label party's data: labels and the record ids.
-
-    Parameters
-    ----------
-    train_labels, test_labels : np.ndarray
-        int64 labels in ``[0, num_classes)``, in record-id order.
-    num_classes : int
-        Number of classes.
-    train_ids, test_ids : np.ndarray
-        Record ids (int64, increasing).
-    info : dict
-        Facts as in :attr:`~tpsl_flwr.data.DatasetSplit.info`: ``rows``,
-        ``train_rows``, ``test_rows``, ``num_classes``, ``num_numeric``,
-        ``num_categorical``, ``seed``, ``positive_rate`` and per split (binary),
-        ``bayes_test_auc`` (synthetic), file facts (criteo, avazu).
-
-    Raises
-    ------
-    ConfigError
-        If ids, labels and ``num_classes`` disagree.
-    """
-
-    train_labels: np.ndarray
-    test_labels: np.ndarray
-    num_classes: int
-    train_ids: np.ndarray
-    test_ids: np.ndarray
-    info: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        _check_view_ids(self, len(self.train_labels), len(self.test_labels))
-        for what, y in (("train", self.train_labels), ("test", self.test_labels)):
-            if y.dtype != np.int64 or y.ndim != 1:
-                raise ConfigError(f"{what}_labels must be 1-d int64, got {y.dtype}")
-            if y.size and (y.min() < 0 or y.max() >= self.num_classes):
-                raise ConfigError(
-                    f"{what}_labels must lie in [0, {self.num_classes}), got "
-                    f"[{y.min()}, {y.max()}]"
-                )
-
-    @property
-    def id_space(self) -> str:
-        """:func:`id_space_fingerprint` of the ids."""
-        return id_space_fingerprint(self.train_ids, self.test_ids)
 
 
 def load_party_view(
