@@ -13,9 +13,9 @@ import time
 import numpy as np
 import torch
 
-from tpsl_flwr.keyed_noise import NoiseKey
-from tpsl_flwr.mechanisms import make_mechanism
-from tpsl_flwr.noisy_labels import draw_noisy_labels
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import make_mechanism
+from tpsl_flwr.privacy.noisy_labels import draw_noisy_labels
 
 BATCH = 1024
 REPEATS = 200

@@ -28,10 +28,10 @@ import time
 import numpy as np
 import torch
 
-from tpsl_flwr.keyed_noise import NoiseKey
-from tpsl_flwr.mechanisms import make_mechanism
 from tpsl_flwr.models import TopModel
 from tpsl_flwr.parties import LabelParty, adam
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import make_mechanism
 
 TARGET_LOGITS = 1.05
 MECHANISMS = ("none", "laplace", "discrete")

@@ -6,9 +6,9 @@ import sys
 import pytest
 
 from tpsl_flwr.attacks.mechanism_audit import run_audit
-from tpsl_flwr.closed_forms import sda_auc_laplace
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.mechanisms import LaplacePerturb, make_mechanism
+from tpsl_flwr.privacy.closed_forms import sda_auc_laplace
+from tpsl_flwr.privacy.mechanisms import LaplacePerturb, make_mechanism
 from tpsl_flwr.simulations.cli import main
 
 # 100k labels: the SDA AUC's standard error is ~0.0016, so 0.01 is > 6 SE.

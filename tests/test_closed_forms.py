@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from tpsl_flwr.closed_forms import (
+from tpsl_flwr.privacy.closed_forms import (
     auc_bound,
     sda_auc_gaussian,
     sda_auc_laplace,

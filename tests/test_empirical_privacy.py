@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tpsl_flwr.empirical_privacy import clopper_pearson, epsilon_lower_bound
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.privacy.empirical import clopper_pearson, epsilon_lower_bound
 
 
 def test_clopper_pearson_golden_and_edges():

@@ -31,8 +31,8 @@ from tpsl_flwr.engines.simulation import run_flwr_simulation
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.experiment import run_label_party
-from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.label_store import LabelStore
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.simulations.client_app import app as tpsl_client_app
 
 APP_DIR = Path(__file__).parents[1]

@@ -5,14 +5,14 @@ from decimal import Decimal, localcontext
 import numpy as np
 import pytest
 
-from tpsl_flwr import exact_laplace
-from tpsl_flwr.exact_laplace import (
+from tpsl_flwr.privacy import exact_laplace
+from tpsl_flwr.privacy.exact_laplace import (
     discrete_laplace_steps,
     exact_geometric,
     exp_neg_bounds,
     geometric_bounds,
 )
-from tpsl_flwr.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
 
 KEY = NoiseKey.from_seed(99)
 SCALES = [1, 2, 3, 7, 2**20, 2**20 + 1, 3145729, 2**40]

@@ -3,7 +3,7 @@ import pytest
 from scipy import stats
 
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.keyed_noise import NoiseKey, open_uniforms
+from tpsl_flwr.privacy.keyed_noise import NoiseKey, open_uniforms
 
 
 def test_same_key_and_id_give_same_words_in_any_batch_order():

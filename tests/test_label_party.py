@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from tpsl_flwr.keyed_noise import NoiseKey
-from tpsl_flwr.mechanisms import make_mechanism
 from tpsl_flwr.models import TopModel
 from tpsl_flwr.parties import LabelParty, adam
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import make_mechanism
 
 ROWS, WIDTH, BATCH = 300, 6, 32
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tpsl_flwr.errors import PrivacyError
-from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.label_store import LabelStore, NoiseBinding
-from tpsl_flwr.mechanisms import make_mechanism
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import make_mechanism
 from tpsl_flwr.private_files import make_private_dir, read_private, write_private
 
 ID_SPACE = {"dataset": "digits", "rows": 0, "seed": 0, "id-space": "f00d"}

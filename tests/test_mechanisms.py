@@ -1,11 +1,13 @@
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.mechanisms import (
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import (
     MECHANISMS,
     GaussianPerturb,
     LaplacePerturb,
@@ -16,6 +18,9 @@ from tpsl_flwr.mechanisms import (
 
 epsilons = st.floats(min_value=1e-3, max_value=50.0)
 classes = st.integers(min_value=2, max_value=100)
+
+
+KEY = NoiseKey.from_seed(0)
 
 
 def test_golden_parameters():
@@ -86,15 +91,42 @@ def test_unknown_mechanism_lists_valid_names():
         assert name in message
 
 
-def test_parameters_that_do_not_apply_are_rejected():
-    with pytest.raises(ConfigError, match="needs epsilon"):
-        make_mechanism("laplace")
-    with pytest.raises(ConfigError, match="needs sigma"):
-        make_mechanism("gaussian")
-    with pytest.raises(ConfigError, match="not sigma"):
-        make_mechanism("discrete", epsilon=1.0, sigma=1.0)
-    with pytest.raises(ConfigError, match="takes no epsilon"):
-        make_mechanism("none", epsilon=1.0)
+def test_each_mechanism_takes_its_parameter_and_ignores_the_other():
+    # One config-driven call works for every mechanism (epsilon and sigma are
+    # both in a run config); a missing parameter the mechanism takes is named.
+    with pytest.raises(ConfigError, match="mechanism 'laplace' needs epsilon"):
+        make_mechanism("laplace", sigma=2.0)
+    with pytest.raises(ConfigError, match="mechanism 'gaussian' needs sigma"):
+        make_mechanism("gaussian", epsilon=1.0)
+    rr = make_mechanism("discrete", epsilon=1.0, sigma=5.0)
+    assert (rr.parameter, rr.parameter_value) == ("epsilon", 1.0)
+    gauss = make_mechanism("gaussian", epsilon=9.0, sigma=2.0)
+    assert (gauss.parameter, gauss.parameter_value) == ("sigma", 2.0)
+    none = make_mechanism("none", epsilon=1.0, sigma=1.0)
+    assert (none.parameter, none.parameter_value) == (None, None)
+
+
+def test_the_registry_declares_each_mechanism_in_one_place():
+    from tpsl_flwr.privacy.mechanisms import REGISTRY, parameter_of
+
+    assert MECHANISMS == ("none", "laplace", "discrete", "gaussian")
+    assert set(REGISTRY) == set(MECHANISMS)
+    assert [parameter_of(n) for n in MECHANISMS] == [
+        None,
+        "epsilon",
+        "epsilon",
+        "sigma",
+    ]
+    for name in MECHANISMS:
+        mechanism = make_mechanism(name, epsilon=1.0, sigma=1.0)
+        # Every mechanism declares its sampler, event and closed forms.
+        assert 0.5 <= mechanism.expected_sda() <= 1.0
+        assert set(mechanism.expected_noise()) == {"flip_rate", "mean_abs_noise"}
+        assert mechanism.dp_event() is not None
+        labels = np.array([0, 1, 1, 0])
+        noisy = mechanism.sample(labels, np.arange(4), KEY, 1, None)
+        assert noisy.coefficients.shape == (4, 2)
+        assert (noisy.additive is not None) == mechanism.additive
 
 
 def test_descriptions_are_frozen():

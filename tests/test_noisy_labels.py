@@ -8,18 +8,20 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.keyed_noise import NoiseKey
-from tpsl_flwr.mechanisms import make_mechanism
-from tpsl_flwr.noisy_labels import (
+from tpsl_flwr.privacy.exact_laplace import discrete_laplace_steps
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import (
     LAPLACE_GRID,
+    make_mechanism,
+    rr_flip_threshold,
+    rr_keep_threshold,
+)
+from tpsl_flwr.privacy.noisy_labels import (
     STREAM_TOP_UPDATE,
     STREAM_TRANSCRIPT,
-    discrete_laplace_steps,
     draw_noisy_labels,
     one_hot,
     realized_noise,
-    rr_flip_threshold,
-    rr_keep_threshold,
 )
 
 N = 200_000

@@ -4,16 +4,16 @@ import torch
 from torch import nn
 
 from tpsl_flwr.errors import PrivacyError
-from tpsl_flwr.keyed_noise import NoiseKey
-from tpsl_flwr.mechanisms import make_mechanism
-from tpsl_flwr.noisy_labels import (
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import make_mechanism
+from tpsl_flwr.privacy.noisy_labels import (
     STREAM_CUT_GAUSSIAN,
     STREAM_TOP_UPDATE,
     NoisyLabels,
     draw_noisy_labels,
     one_hot,
 )
-from tpsl_flwr.perturb import (
+from tpsl_flwr.privacy.perturb import (
     candidate_gradients,
     cut_placement_backward,
     logits_placement_backward,

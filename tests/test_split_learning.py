@@ -11,9 +11,9 @@ from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.experiment import build_strategy
 from tpsl_flwr.experiments.run import run_inprocess_experiment
-from tpsl_flwr.keyed_noise import NoiseKey
-from tpsl_flwr.noisy_labels import draw_noisy_labels
-from tpsl_flwr.perturb import candidate_gradients
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.noisy_labels import draw_noisy_labels
+from tpsl_flwr.privacy.perturb import candidate_gradients
 from tpsl_flwr.simulations.client_app import app as client_app
 from tpsl_flwr.simulations.client_app import builtin_party
 from tpsl_flwr.wire import protocol as P

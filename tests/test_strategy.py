@@ -16,10 +16,10 @@ from flwr.app import (
 )
 
 from tpsl_flwr.errors import ConfigError, PrivacyError, ProtocolError
-from tpsl_flwr.keyed_noise import NoiseKey
-from tpsl_flwr.mechanisms import make_mechanism
 from tpsl_flwr.models import TopModel
 from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import make_mechanism
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.wire import protocol as P
 
@@ -92,7 +92,7 @@ def honest(grid, msg):
                 P.PARTITION_ID: partition,
                 P.NUM_PARTITIONS: 2,
                 P.EMBEDDING_DIM: WIDTH,
-                P.NUM_TRAIN: 64,
+                P.NUM_TRAIN: 20,
                 P.NUM_TEST: 0,
             }
         )

@@ -12,8 +12,8 @@ neither Flower nor each other's heavy dependencies needlessly; Flower lives in
 """
 
 from tpsl_flwr.errors import ConfigError, PrivacyError, ProtocolError, TPSLError
-from tpsl_flwr.keyed_noise import NoiseKey
-from tpsl_flwr.mechanisms import MECHANISMS, Mechanism, make_mechanism
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import MECHANISMS, Mechanism, make_mechanism
 
 __all__ = [
     "MECHANISMS",

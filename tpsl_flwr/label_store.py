@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +34,8 @@ import numpy as np
 import torch
 
 from tpsl_flwr.errors import ConfigError, PrivacyError
-from tpsl_flwr.keyed_noise import NoiseKey
-from tpsl_flwr.mechanisms import Mechanism
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import Mechanism
 from tpsl_flwr.private_files import make_private_dir, read_private, write_private
 
 __all__ = ["LabelStore", "NoiseBinding", "Release"]
@@ -56,7 +55,7 @@ class NoiseBinding:
 
     Examples
     --------
-    >>> from tpsl_flwr.mechanisms import make_mechanism
+    >>> from tpsl_flwr.privacy.mechanisms import make_mechanism
     >>> a = NoiseBinding.of(
     ...     mechanism=make_mechanism("laplace", epsilon=1.0),
     ...     placement="logits",
@@ -85,15 +84,16 @@ class NoiseBinding:
         id_space: Mapping[str, Any],
     ) -> NoiseBinding:
         """The binding of a mechanism, its placement and an id space."""
-        epsilon = None if mechanism.name == "gaussian" else mechanism.epsilon
         settings: dict[str, Any] = {
             "mechanism": mechanism.name,
-            "epsilon": None if epsilon is None or math.isinf(epsilon) else epsilon,
-            "sigma": getattr(mechanism, "sigma", None),
+            "epsilon": None,
+            "sigma": None,
             "num-classes": mechanism.num_classes,
             "placement": placement,
             "reuse-noise": bool(reuse_noise),
         }
+        if mechanism.parameter is not None:
+            settings[mechanism.parameter] = mechanism.parameter_value
         settings.update(id_space)
         return cls(settings)
 

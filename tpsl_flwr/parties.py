@@ -23,16 +23,16 @@ import torch
 from torch import Tensor, nn
 
 from tpsl_flwr.errors import ConfigError, PrivacyError
-from tpsl_flwr.keyed_noise import NoiseKey
-from tpsl_flwr.mechanisms import GaussianPerturb, Mechanism
-from tpsl_flwr.noisy_labels import (
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import Mechanism
+from tpsl_flwr.privacy.noisy_labels import (
     STREAM_CUT_GAUSSIAN,
     STREAM_TOP_UPDATE,
     STREAM_TRANSCRIPT,
     NoisyLabels,
     draw_noisy_labels,
 )
-from tpsl_flwr.perturb import cut_placement_backward, logits_placement_backward
+from tpsl_flwr.privacy.perturb import cut_placement_backward, logits_placement_backward
 from tpsl_flwr.validation import check_labels, check_placement, check_sample_ids
 
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
@@ -139,7 +139,7 @@ class LabelParty:
             return found
         n, k = self.labels.size, self.mechanism.num_classes
         columns = k
-        if isinstance(self.mechanism, GaussianPerturb):
+        if self.mechanism.additive:
             logits = 1 if self.mechanism.is_binary else k
             columns += logits if width is None else width
         if n * columns * 8 > self.noise_cache_bytes:
@@ -208,7 +208,7 @@ class LabelParty:
             raise PrivacyError("embeddings contain NaN or inf")
         self.optimizer.zero_grad()
         transcript_width = None
-        if self.placement == "cut" and isinstance(self.mechanism, GaussianPerturb):
+        if self.placement == "cut" and self.mechanism.additive:
             transcript_width = emb.shape[1]
         base = STREAM_CUT_GAUSSIAN if transcript_width else STREAM_TRANSCRIPT
         transcript = self._noisy(ids, base, epoch, transcript_width)
@@ -259,37 +259,83 @@ class LabelParty:
         self.steps = int(state["steps"])
 
 
+FeatureSplit = tuple[np.ndarray, np.ndarray | None] | np.ndarray
+"""One split of a non-label party's features: ``(numeric, categorical)``.
+
+``categorical`` may be ``None`` (no categorical columns), and a lone numeric
+array means the same.
+"""
+
+
 class NonLabelParty:
     """P_N: vertical feature slices (by split) and a bottom model.
 
     Parameters
     ----------
     features
-        ``split -> (numeric, categorical)`` arrays indexed by sample id; the
-        ``"train"`` split is the one gradients apply to.
+        ``split -> (numeric, categorical)`` arrays indexed by sample id (row
+        ``i`` is sample ``i``; ids are ``0..n-1`` in increasing record-id
+        order). It must hold a ``"train"`` split, the one gradients apply to;
+        ``"test"`` is the one the label party evaluates on. ``numeric`` is
+        ``(n, c)`` float, ``categorical`` ``(n, m)`` int codes; ``None`` (or a
+        lone numeric array instead of the pair) means no categorical columns,
+        an empty ``(n, 0)`` int64 array.
     bottom
-        The bottom model ``f(numeric, categorical) -> (n, d)``.
+        The bottom model ``f(numeric, categorical) -> (n, d)``; checked once
+        here with a one-row forward (eval mode, no gradient).
     optimizer
         Factory building the bottom model's optimizer.
+
+    Raises
+    ------
+    ConfigError
+        On the first call, in one line naming the argument and what was
+        expected: ``features`` not a dict with a ``"train"`` split, a split
+        that is not a ``(numeric, categorical)`` pair of 2-D arrays with the
+        same rows, or a bottom model that cannot be called as
+        ``f(numeric, categorical) -> (n, d)``.
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> x = np.zeros((4, 3), dtype=np.float32)
+    >>> class Bottom(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.layer = nn.Linear(3, 2)
+    ...
+    ...     def forward(self, numeric, categorical):
+    ...         return self.layer(numeric)
+    >>> NonLabelParty({"train": (x, None)}, Bottom()).embed([0, 2]).shape
+    torch.Size([2, 2])
+    >>> NonLabelParty({"train": x}, nn.Linear(3, 2))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tpsl_flwr.errors.ConfigError: bottom model must be called as f(numeric, ...
     """
 
     def __init__(
         self,
-        features: dict[str, tuple[np.ndarray, np.ndarray]],
+        features: dict[str, FeatureSplit],
         bottom: nn.Module,
         optimizer: OptimizerFactory | None = None,
     ) -> None:
-        self.features: dict[str, tuple[Tensor, Tensor]] = {}
-        for split, (numeric, categorical) in features.items():
-            num = torch.as_tensor(np.asarray(numeric, dtype=np.float32))
-            cat = torch.as_tensor(np.asarray(categorical, dtype=np.int64))
-            if num.shape[0] != cat.shape[0]:
-                raise ConfigError(
-                    f"{split}: numeric ({num.shape[0]} rows) and categorical "
-                    f"({cat.shape[0]} rows) features disagree"
-                )
-            self.features[split] = (num, cat)
+        if not isinstance(features, dict):
+            raise ConfigError(
+                "features must be a dict split -> (numeric, categorical), got a "
+                f"{type(features).__name__}"
+            )
+        if "train" not in features:
+            raise ConfigError(
+                "features must have a 'train' split (the ids gradients apply "
+                f"to); got splits {sorted(features)}"
+            )
+        self.features: dict[str, tuple[Tensor, Tensor]] = {
+            str(split): _feature_split(split, given)
+            for split, given in features.items()
+        }
         self.bottom = bottom
+        _check_bottom(bottom, *self.features["train"])
         self.optimizer = (optimizer or adam(1e-3))(bottom.parameters())
         # The last training batch's ids and output, graph kept, for the
         # gradient that comes back for it before any parameter changes.
@@ -369,3 +415,69 @@ class NonLabelParty:
         self.bottom.load_state_dict(state["bottom"])
         self.optimizer.load_state_dict(state["optimizer"])
         self._kept = None
+
+
+def _feature_split(split: object, given: object) -> tuple[Tensor, Tensor]:
+    """One split as ``(float32 (n, c), int64 (n, m))`` tensors, or a ConfigError."""
+    where = f"features[{split!r}]"
+    if isinstance(given, tuple | list):
+        if len(given) != 2:
+            raise ConfigError(
+                f"{where} must be a (numeric, categorical) pair, got {len(given)} items"
+            )
+        numeric, categorical = given
+    else:
+        numeric, categorical = given, None
+    try:
+        num = torch.as_tensor(np.asarray(numeric, dtype=np.float32))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(
+            f"{where} numeric must be a float array (n, columns): {err}"
+        ) from None
+    if num.ndim != 2:
+        raise ConfigError(
+            f"{where} numeric must be 2-D (n, columns), got shape {tuple(num.shape)}"
+        )
+    if categorical is None:
+        cat = torch.zeros((num.shape[0], 0), dtype=torch.int64)
+    else:
+        codes = np.asarray(categorical)
+        if codes.size and not np.issubdtype(codes.dtype, np.integer):
+            raise ConfigError(
+                f"{where} categorical must hold integer codes, got dtype {codes.dtype}"
+            )
+        cat = torch.as_tensor(codes.astype(np.int64, copy=False))
+        if cat.ndim != 2:
+            raise ConfigError(
+                f"{where} categorical must be 2-D (n, columns), got shape "
+                f"{tuple(cat.shape)}; pass None for no categorical columns"
+            )
+    if num.shape[0] != cat.shape[0]:
+        raise ConfigError(
+            f"{where}: numeric ({num.shape[0]} rows) and categorical "
+            f"({cat.shape[0]} rows) features disagree"
+        )
+    return num, cat
+
+
+def _check_bottom(bottom: nn.Module, numeric: Tensor, categorical: Tensor) -> None:
+    """Raise unless ``bottom(numeric[:1], categorical[:1])`` is ``(rows, d)``."""
+    num, cat = numeric[:1], categorical[:1]
+    expected = (
+        "bottom model must be called as f(numeric, categorical) -> (n, d); calling "
+        f"it with a {tuple(num.shape)} float32 and a {tuple(cat.shape)} int64 tensor"
+    )
+    training = bottom.training
+    bottom.eval()  # no dropout draw, no batch-norm update, one row allowed
+    try:
+        with torch.no_grad():
+            out = bottom(num, cat)
+    except (TypeError, RuntimeError, ValueError, IndexError) as err:
+        reason = " ".join(str(err).split())
+        raise ConfigError(f"{expected} raised {type(err).__name__}: {reason}") from err
+    finally:
+        bottom.train(training)
+    if not isinstance(out, Tensor):
+        raise ConfigError(f"{expected} returned a {type(out).__name__}, not a tensor")
+    if out.ndim != 2 or out.shape[0] != num.shape[0]:
+        raise ConfigError(f"{expected} returned shape {tuple(out.shape)}")

@@ -3,7 +3,7 @@
 Pushes labels through the real GradPerturb code (keyed noise, coefficient
 sampling, the torch backward pass at the logits), runs the white-box
 shortest-distance attack on what would be sent, and compares the attack's
-success with the closed forms of :mod:`tpsl_flwr.closed_forms` and with the
+success with the closed forms of :mod:`tpsl_flwr.privacy.closed_forms` and with the
 ceiling that ``(epsilon, 0)``-DP puts on any attack.
 
 Every sample sits at the same logits ``z = 0`` (uniform predictions). The SDA
@@ -21,21 +21,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from tpsl_flwr.accounting import no_op_warning
 from tpsl_flwr.attacks import sda_predictions, sda_scores
 from tpsl_flwr.auc import auc_standard_error, binary_auc
-from tpsl_flwr.closed_forms import (
+from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.privacy.accounting import no_op_warning
+from tpsl_flwr.privacy.closed_forms import (
     auc_bound,
-    expected_noise,
-    expected_sda,
     top1_bound,
 )
-from tpsl_flwr.empirical_privacy import epsilon_lower_bound
-from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.keyed_noise import NoiseKey
-from tpsl_flwr.mechanisms import GaussianPerturb, Mechanism
-from tpsl_flwr.noisy_labels import NoisyLabels, draw_noisy_labels, realized_noise
-from tpsl_flwr.perturb import candidate_gradients, logits_placement_backward
+from tpsl_flwr.privacy.empirical import epsilon_lower_bound
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import Mechanism
+from tpsl_flwr.privacy.noisy_labels import (
+    NoisyLabels,
+    draw_noisy_labels,
+    realized_noise,
+)
+from tpsl_flwr.privacy.perturb import candidate_gradients, logits_placement_backward
 from tpsl_flwr.validation import check_int
 
 STRICT_CONFIDENCE = 0.999
@@ -196,7 +198,7 @@ def run_audit(
                 f"SDA {name} {measured:.4f} exceeds the epsilon-DP ceiling "
                 f"{limit:.4f} by more than {SIGMAS_OF_TOLERANCE:g} standard errors"
             )
-    elif isinstance(mechanism, GaussianPerturb):
+    elif mechanism.additive:
         notes.append("gaussian baseline: no pure epsilon, so no ceiling to check")
     warning = no_op_warning(ceiling)
     if warning:
@@ -213,7 +215,7 @@ def run_audit(
         prior=[float(p) for p in probabilities],
         sda_auc=measured if k == 2 else None,
         sda_top1=measured if k > 2 else None,
-        expected=expected_sda(mechanism),
+        expected=mechanism.expected_sda(),
         standard_error=se,
         auc_bound=ceiling,
         top1_bound=top_ceiling,
@@ -222,6 +224,6 @@ def run_audit(
         violation=violation,
         verdict=verdict,
         realized_noise=realized_noise(labels, noisy),
-        expected_noise=expected_noise(mechanism),
+        expected_noise=mechanism.expected_noise(),
         notes=notes,
     )

@@ -9,7 +9,7 @@ Decisions, stated once:
 
 * gradients are put back in per-sample units (times the batch size) before
   any attack, so batches of different sizes pool fairly and SDA compares them
-  with per-sample candidates (:func:`~tpsl_flwr.perturb.candidate_gradients`);
+  with per-sample candidates (:func:`~tpsl_flwr.privacy.perturb.candidate_gradients`);
 * the cosine attack's known positive is the first sample of the epoch (in
   batch order) with label 1 and a non-zero gradient; it stays among the scored
   samples (one of thousands). Under label DP its own gradient is perturbed:

@@ -2,7 +2,7 @@
 
 A non-label party receives, for each sample of a batch, its slice of the
 cut-layer gradient *divided by the batch size* (the label party averages the
-loss over the batch, :mod:`tpsl_flwr.perturb`). The attacker knows the batch
+loss over the batch, :mod:`tpsl_flwr.privacy.perturb`). The attacker knows the batch
 size, so every scorer here works in per-sample units: call
 :func:`per_sample_gradients` on what a message carried first.
 
@@ -82,7 +82,7 @@ def per_sample_gradients(received: ArrayLike, batch_size: int) -> np.ndarray:
     -------
     numpy.ndarray
         ``(n, d)`` per-sample gradients, comparable across batches of
-        different sizes and with :func:`~tpsl_flwr.perturb.candidate_gradients`.
+        different sizes and with :func:`~tpsl_flwr.privacy.perturb.candidate_gradients`.
 
     Raises
     ------

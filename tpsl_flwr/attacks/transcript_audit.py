@@ -20,7 +20,7 @@ from torch import Tensor
 
 from tpsl_flwr.attacks.report import BatchRecord, attack_report
 from tpsl_flwr.parties import LabelParty
-from tpsl_flwr.perturb import candidate_gradients
+from tpsl_flwr.privacy.perturb import candidate_gradients
 
 
 class TranscriptAudit:

@@ -30,7 +30,7 @@ from tpsl_flwr.data import (
 )
 from tpsl_flwr.data.ctr.load import SPLITS
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.mechanisms import MECHANISMS, Mechanism, make_mechanism
+from tpsl_flwr.privacy.mechanisms import MECHANISMS, Mechanism, make_mechanism
 from tpsl_flwr.validation import PLACEMENTS, check_int, check_placement
 
 LABEL_DIR = "label-party"
@@ -200,14 +200,17 @@ class ExperimentConfig:
         )
 
     def make_mechanism(self, num_classes: int) -> Mechanism:
-        """The configured mechanism for ``num_classes`` classes."""
-        if self.mechanism in ("laplace", "discrete"):
-            return make_mechanism(
-                self.mechanism, epsilon=self.epsilon, num_classes=num_classes
-            )
-        if self.mechanism == "gaussian":
-            return make_mechanism("gaussian", sigma=self.sigma, num_classes=num_classes)
-        return make_mechanism(self.mechanism, num_classes=num_classes)
+        """The configured mechanism for ``num_classes`` classes.
+
+        It takes the parameter it declares (``epsilon`` or ``sigma``) and
+        ignores the other.
+        """
+        return make_mechanism(
+            self.mechanism,
+            epsilon=self.epsilon,
+            sigma=self.sigma,
+            num_classes=num_classes,
+        )
 
     @property
     def label_party_dir(self) -> Path:

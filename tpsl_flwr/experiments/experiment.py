@@ -16,14 +16,14 @@ import numpy as np
 import torch
 from flwr.serverapp import Grid
 
-from tpsl_flwr.accounting import privacy_spent
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run_report import write_report
-from tpsl_flwr.keyed_noise import NoiseKey
 from tpsl_flwr.label_store import LabelStore, NoiseBinding
 from tpsl_flwr.models import TopModel, num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import parameter_of
 from tpsl_flwr.strategies import TPSLStrategy
 
 RESULTS_FILE = "results.json"
@@ -128,9 +128,7 @@ def run_label_party(
     strategy, facts = build_strategy(cfg)
     key_origin = facts.pop("key_origin")
     strategy.start(grid=grid, timeout=timeout)
-    spent = privacy_spent(
-        strategy.party.mechanism, cfg.placement, cfg.epochs, cfg.reuse_noise
-    )
+    spent = strategy.privacy
     privacy = spent.to_dict()
     if not strategy.party.key.secure:
         privacy["notes"] = [*privacy.get("notes", []), SEEDED_KEY_NOTE]
@@ -140,8 +138,8 @@ def run_label_party(
     results: dict[str, Any] = {
         "engine": engine,
         "mechanism": cfg.mechanism,
-        "epsilon": cfg.epsilon if cfg.mechanism in ("laplace", "discrete") else None,
-        "sigma": cfg.sigma if cfg.mechanism == "gaussian" else None,
+        "epsilon": cfg.epsilon if parameter_of(cfg.mechanism) == "epsilon" else None,
+        "sigma": cfg.sigma if parameter_of(cfg.mechanism) == "sigma" else None,
         "placement": cfg.placement,
         "epochs": cfg.epochs,
         "epsilon_spent": spent.to_dict()["epsilon"],

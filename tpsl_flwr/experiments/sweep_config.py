@@ -45,7 +45,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
-from tpsl_flwr.mechanisms import MECHANISMS
+from tpsl_flwr.privacy.mechanisms import MECHANISMS, parameter_of
 
 __all__ = [
     "GRID_KEYS",
@@ -271,11 +271,11 @@ def _text(key: str, value: object) -> str:
 def _params(
     mechanism: str, epsilons: Iterable[float], sigmas: Iterable[float]
 ) -> list[tuple[str, float | None]]:
-    if mechanism in ("laplace", "discrete"):
-        return [("epsilon", e) for e in epsilons]
-    if mechanism == "gaussian":
-        return [("sigma", s) for s in sigmas]
-    return [("", None)]
+    parameter = parameter_of(mechanism)
+    if parameter is None:
+        return [("", None)]
+    values = {"epsilon": epsilons, "sigma": sigmas}[parameter]
+    return [(parameter, value) for value in values]
 
 
 def run_name(

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from tpsl_flwr.closed_forms import auc_bound
 from tpsl_flwr.experiments.sweep_scale import plot_utility_vs_rows, scale_markdown
 from tpsl_flwr.experiments.sweep_stats import (
     COLORS,
@@ -38,6 +37,8 @@ from tpsl_flwr.experiments.sweep_stats import (
     sda_key,
     utility_key,
 )
+from tpsl_flwr.privacy.closed_forms import auc_bound
+from tpsl_flwr.privacy.mechanisms import parameter_of
 
 
 def tables_markdown(rows: Sequence[Row]) -> str:
@@ -185,7 +186,7 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
                 {
                     float(r["epsilon"])
                     for r in group
-                    if r["mechanism"] in ("laplace", "discrete")
+                    if parameter_of(r["mechanism"]) == "epsilon"
                 }
             )
             if eps_values:

@@ -27,7 +27,7 @@ from typing import Any
 
 from tpsl_flwr.errors import TPSLError
 from tpsl_flwr.experiments.run import ENGINES
-from tpsl_flwr.mechanisms import MECHANISMS
+from tpsl_flwr.privacy.mechanisms import MECHANISMS
 from tpsl_flwr.simulations import cli_commands as commands
 from tpsl_flwr.simulations.cli_commands import EXIT_USAGE, EXIT_VIOLATION
 from tpsl_flwr.simulations.cli_flags import add_config_flags, integer, number

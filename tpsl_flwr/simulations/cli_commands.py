@@ -78,8 +78,8 @@ def cmd_flower_run(args: argparse.Namespace) -> int:
 
 def cmd_keygen(args: argparse.Namespace) -> int:
     """``keygen``: an unbound noise key in the label party's folder."""
-    from tpsl_flwr.keyed_noise import NoiseKey
     from tpsl_flwr.label_store import LabelStore
+    from tpsl_flwr.privacy.keyed_noise import NoiseKey
 
     store = LabelStore(args.label_dir)
     if args.seed is None:
@@ -121,10 +121,10 @@ def cmd_attack(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     """``audit``: the white-box attack on a mechanism against its ceiling."""
     from tpsl_flwr.attacks.mechanism_audit import run_audit
-    from tpsl_flwr.mechanisms import make_mechanism
+    from tpsl_flwr.privacy.mechanisms import make_mechanism, parameter_of
 
     epsilon = args.epsilon
-    if epsilon is None and args.mechanism in ("laplace", "discrete"):
+    if epsilon is None and parameter_of(args.mechanism) == "epsilon":
         epsilon = 1.0
     mechanism = make_mechanism(
         args.mechanism, epsilon=epsilon, sigma=args.sigma, num_classes=args.classes

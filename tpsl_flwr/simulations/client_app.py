@@ -7,6 +7,8 @@ label; the handlers and the protocol are :mod:`tpsl_flwr.wire.client_app`.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from flwr.app import Context
 
@@ -51,5 +53,19 @@ def builtin_party(context: Context) -> NonLabelParty:
     )
 
 
-app = make_client_app(builtin_party, mods=[record_if_configured])
+def builtin_checkpoint_dir(context: Context) -> Path | None:
+    """``out-dir/checkpoints`` when the run config has ``checkpoint = true``.
+
+    ``out-dir`` is taken as the run config states it (a relative one is
+    relative to the node process's working directory, as for the label party).
+    """
+    cfg = ExperimentConfig.from_run_config(context.run_config)
+    return Path(cfg.out_dir) / "checkpoints" if cfg.checkpoint else None
+
+
+app = make_client_app(
+    builtin_party,
+    mods=[record_if_configured],
+    checkpoint_dir=builtin_checkpoint_dir,
+)
 """The project's ClientApp; ``transcript-dir`` in the run config records it."""

@@ -16,8 +16,8 @@ from flwr.app import MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp.strategy import Result
 
-from tpsl_flwr.accounting import PrivacySpent
 from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.privacy.accounting import PrivacySpent
 
 __all__ = ["TPSLResult", "log_settings", "progress_line", "record_epoch"]
 
@@ -89,9 +89,7 @@ def log_settings(
 ) -> None:
     """Log a run's settings as a tree, like Flower's DP wrappers' ``summary``."""
     mech = party.mechanism
-    param = (
-        f"sigma={mech.sigma}" if hasattr(mech, "sigma") else f"epsilon={mech.epsilon}"
-    )
+    param = f"{mech.parameter}={mech.parameter_value}" if mech.parameter else "no noise"
     log(
         INFO, "\t├── Mechanism: %s (%s, classes=%s)", mech.name, param, mech.num_classes
     )

@@ -32,12 +32,12 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from tpsl_flwr.accounting import PrivacySpent, privacy_spent
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.evaluation import classification_metrics
 from tpsl_flwr.label_store import LabelStore, Release
 from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.privacy.accounting import PrivacySpent, privacy_spent
 from tpsl_flwr.strategies.epoch_log import (
     TPSLResult,
     log_settings,
@@ -50,6 +50,8 @@ from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.label_side import (
     Node,
     check_replies,
+    check_sample_counts,
+    check_top_model,
     describe_nodes,
     gather_embeddings,
     hello_messages,
@@ -188,10 +190,10 @@ class TPSLStrategy(Strategy):
     def privacy(self) -> PrivacySpent:
         """The privacy this run spends per label (for ``self.epochs`` epochs)."""
         return privacy_spent(
-            self.party.mechanism,
-            self.party.placement,
-            self.epochs,
-            self.party.reuse_noise,
+            mechanism=self.party.mechanism,
+            placement=self.party.placement,
+            epochs=self.epochs,
+            reuse_noise=self.party.reuse_noise,
         )
 
     # ------------------------------------------------------------------ setup
@@ -232,19 +234,30 @@ class TPSLStrategy(Strategy):
     def connect(
         self, grid: Grid, timeout: float, resume_epoch: int | None = None
     ) -> None:
-        """Wait for the nodes, learn each one's partition and embedding width."""
+        """Wait for the nodes, learn each one's partition and embedding width.
+
+        Before any step, refuse (naming the node or the model and both
+        numbers) nodes whose train or test split is not the label party's ids
+        ``0..n-1``, and a top model that does not take the nodes' total width
+        or does not return the logits the labels need (one no-grad forward of
+        a zeros row).
+        """
         node_ids = wait_for_nodes(grid, self.num_nodes, self.node_wait)
         replies = exchange(
             grid, hello_messages(node_ids, resume_epoch), timeout, self.poll_interval
         )
-        self.nodes = describe_nodes(check_replies([], replies, node_ids))
-        offset = sum(node.width for node in self.nodes)
+        nodes = describe_nodes(check_replies([], replies, node_ids))
+        n_test = None if self.test_labels is None else int(self.test_labels.size)
+        check_sample_counts(nodes, num_train=self.num_train, num_test=n_test)
+        offset = sum(node.width for node in nodes)
         top_in = getattr(self.party.top, "in_dim", offset)
         if top_in != offset:
             raise ConfigError(
-                f"the top model takes {top_in} inputs but the {len(self.nodes)} nodes' "
+                f"the top model takes {top_in} inputs but the {len(nodes)} nodes' "
                 f"embeddings add up to {offset}"
             )
+        check_top_model(self.party.top, nodes, self.party.num_outputs)
+        self.nodes = nodes
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -8,6 +8,11 @@ the same messages is :mod:`tpsl_flwr.wire.label_side`.
 Bring your own bottom model and feature store: write a factory
 ``(context) -> NonLabelParty`` and build the app with
 ``make_client_app(factory)``; the handlers, protocol and state handling stay.
+
+A node writes nothing to disk unless it is given a folder: with
+``checkpoint_dir`` it saves ``party-<partition>.pt`` there when the label party
+asks (only a label party with a store does); without one, a request to
+checkpoint or to resume is refused.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from tpsl_flwr.wire.arrays import from_array, to_array
 from tpsl_flwr.wire.state_codec import UnsupportedStateError, decode_state, encode_state
 
 PartyFactory = Callable[[Context], NonLabelParty]
+CheckpointDir = Callable[[Context], Path | None] | str | Path | None
+"""Where a node keeps its checkpoint: a folder, a function of the context, or None."""
 STATE_KEY = "tpsl.party-state"
 
 
@@ -44,11 +51,27 @@ def partition_of(context: Context) -> tuple[int, int]:
     return int(config[P.PARTITION_ID]), int(config[P.NUM_PARTITIONS])
 
 
-def node_checkpoint_path(context: Context) -> Path:
-    """Where this node keeps its own checkpoint (under the run's out-dir)."""
-    out_dir = str(context.run_config.get("out-dir", "outputs"))
+def checkpoint_file(checkpoint_dir: CheckpointDir, context: Context) -> Path | None:
+    """The node's checkpoint file in ``checkpoint_dir``; None without a folder.
+
+    The folder is used exactly as stated (a relative one is relative to the
+    node process's working directory; nothing is resolved or defaulted).
+
+    Examples
+    --------
+    >>> from flwr.app import Context, RecordDict
+    >>> context = Context(1, 7, {"partition-id": 1, "num-partitions": 2},
+    ...                   RecordDict(), {})
+    >>> checkpoint_file("/srv/node", context).as_posix()
+    '/srv/node/party-1.pt'
+    >>> checkpoint_file(None, context) is None
+    True
+    """
+    folder = checkpoint_dir(context) if callable(checkpoint_dir) else checkpoint_dir
+    if folder is None:
+        return None
     partition, _ = partition_of(context)
-    return Path(out_dir) / "checkpoints" / f"party-{partition}.pt"
+    return Path(folder) / f"party-{partition}.pt"
 
 
 def _state_record(state: dict[str, Any], version: int) -> ConfigRecord:
@@ -72,10 +95,16 @@ def _state_from_record(record: ConfigRecord) -> Any:
 
 
 class NonLabelHandlers:
-    """The message handlers of a non-label party, over a party factory."""
+    """The message handlers of a non-label party, over a party factory.
 
-    def __init__(self, factory: PartyFactory) -> None:
+    ``checkpoint_dir`` as in :func:`make_client_app`.
+    """
+
+    def __init__(
+        self, factory: PartyFactory, checkpoint_dir: CheckpointDir = None
+    ) -> None:
         self.factory = factory
+        self.checkpoint_dir = checkpoint_dir
         # A cache, not state: (run, node) -> (state version, party). Flower may
         # deliver a node's next message to another process, so context.state
         # stays the source of truth and a stale or missing entry is rebuilt.
@@ -102,12 +131,23 @@ class NonLabelHandlers:
         context.state[STATE_KEY] = _state_record(party.state_dict(), version)
         self._cache[(context.run_id, context.node_id)] = (version, party)
 
+    def _checkpoint_file(self, context: Context, asked: str) -> Path:
+        """The checkpoint file the label party ``asked`` for, or a ProtocolError."""
+        path = checkpoint_file(self.checkpoint_dir, context)
+        if path is None:
+            raise ProtocolError(
+                f"the label party asked this node to {asked}, but the ClientApp "
+                "was built without checkpoint_dir (or it gave none for this run); "
+                "build it with make_client_app(factory, checkpoint_dir=FOLDER)"
+            )
+        return path
+
     def hello(self, msg: Message, context: Context) -> Message:
         """Describe this node; on resume, restore its checkpoint first."""
         config = msg.content.config_records.get(P.CONFIG, ConfigRecord())
         party = self._party(context)
         if P.RESUME_EPOCH in config:
-            path = node_checkpoint_path(context)
+            path = self._checkpoint_file(context, "resume from its checkpoint")
             if not path.exists():
                 raise ProtocolError(f"cannot resume: no checkpoint at {path}")
             saved = torch.load(path, weights_only=True)
@@ -161,33 +201,61 @@ class NonLabelHandlers:
             embeddings[P.batch_key(j)] = to_array(emb.numpy().astype(np.float32))
             j += 1
         self._save(party, context)
-        if P.CHECKPOINT_EPOCH in config and bool(
-            context.run_config.get("checkpoint", True)
-        ):
-            path = node_checkpoint_path(context)
+        if P.CHECKPOINT_EPOCH in config:
+            epoch = P.as_int(config[P.CHECKPOINT_EPOCH], "checkpoint-epoch")
+            path = self._checkpoint_file(context, f"save a checkpoint of epoch {epoch}")
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
-            torch.save(
-                {
-                    "epoch": P.as_int(config[P.CHECKPOINT_EPOCH], "checkpoint-epoch"),
-                    "party": party.state_dict(),
-                },
-                tmp,
-            )
+            torch.save({"epoch": epoch, "party": party.state_dict()}, tmp)
             tmp.replace(path)
         return Message(
             RecordDict({P.EMBEDDINGS: ArrayRecord(embeddings)}), reply_to=msg
         )
 
 
-def make_client_app(factory: PartyFactory, mods: list[Mod] | None = None) -> ClientApp:
+def make_client_app(
+    factory: PartyFactory,
+    mods: list[Mod] | None = None,
+    *,
+    checkpoint_dir: CheckpointDir = None,
+) -> ClientApp:
     """A ClientApp running the non-label protocol over ``factory``'s parties.
 
-    ``mods`` are Flower ClientApp mods, e.g.
-    :func:`~tpsl_flwr.wire.recorder.record_transcript` to keep what
-    the node receives for an offline attack.
+    Parameters
+    ----------
+    factory
+        ``(context) -> NonLabelParty``: this node's features and bottom model.
+    mods
+        Flower ClientApp mods, e.g.
+        :func:`~tpsl_flwr.wire.recorder.record_transcript` to keep what the
+        node receives for an offline attack.
+    checkpoint_dir
+        The folder this node saves ``party-<partition>.pt`` in when the label
+        party asks (at each epoch's end, only if the label party has a
+        store), and resumes from; or a function ``(context) -> folder | None``
+        choosing it per run. Used exactly as stated: a relative folder is
+        relative to the node process's working directory. ``None`` (the
+        default): the node never writes a file, and a label party asking it
+        to checkpoint or to resume gets an error reply naming
+        ``checkpoint_dir``.
+
+    Returns
+    -------
+    ClientApp
+        Serves ``query.hello``, ``train`` and ``query``.
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> def factory(context):
+    ...     raise NotImplementedError  # your features and bottom model
+    >>> app = make_client_app(factory, checkpoint_dir=Path("/srv/node-a"))
+    >>> per_run = make_client_app(
+    ...     factory,
+    ...     checkpoint_dir=lambda context: Path(context.run_config["out-dir"]),
+    ... )
     """
-    handlers = NonLabelHandlers(factory)
+    handlers = NonLabelHandlers(factory, checkpoint_dir)
     client_app = ClientApp(mods=mods)
     client_app.query("hello")(handlers.hello)
     client_app.train()(handlers.step)

@@ -16,19 +16,21 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
-from tpsl_flwr.errors import ProtocolError
+from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.arrays import from_array, to_array
 
 
 @dataclass(frozen=True)
 class Node:
-    """A non-label node: its id, partition and columns of the cut layer."""
+    """A non-label node: its id, partition, columns of the cut layer and sizes."""
 
     node_id: int
     partition: int
     width: int
     offset: int
+    num_train: int = 0
+    num_test: int = 0
 
 
 def node_label(nodes: Sequence[Node], node_id: int) -> str:
@@ -76,20 +78,135 @@ def describe_nodes(replies: dict[int, Message]) -> list[Node]:
         info = reply.content.config_records.get(P.NODE)
         if info is None:
             raise ProtocolError(f"node {node_id} did not describe itself")
-        partition = P.as_int(info[P.PARTITION_ID], "partition-id")
-        width = P.as_int(info[P.EMBEDDING_DIM], "embedding-dim")
-        described.append((partition, node_id, width))
+        facts = []
+        for key in (P.PARTITION_ID, P.EMBEDDING_DIM, P.NUM_TRAIN, P.NUM_TEST):
+            if key not in info:
+                raise ProtocolError(f"node {node_id} did not report its {key}")
+            facts.append(P.as_int(info[key], key))
+        described.append((facts[0], node_id, *facts[1:]))
     described.sort()
-    partitions = [p for p, _, _ in described]
+    partitions = [p for p, *_ in described]
     if partitions != list(range(len(described))):
         raise ProtocolError(
             f"nodes report partitions {partitions}; expected 0..{len(described) - 1}"
         )
     nodes, offset = [], 0
-    for partition, node_id, width in described:
-        nodes.append(Node(node_id, partition, width, offset))
+    for partition, node_id, width, num_train, num_test in described:
+        nodes.append(Node(node_id, partition, width, offset, num_train, num_test))
         offset += width
     return nodes
+
+
+def check_sample_counts(
+    nodes: Sequence[Node], *, num_train: int, num_test: int | None
+) -> None:
+    """Refuse nodes whose splits are not the label party's ids ``0..n-1``.
+
+    Parameters
+    ----------
+    nodes
+        The nodes, as :func:`describe_nodes` returned them.
+    num_train
+        The label party's number of training labels.
+    num_test
+        Its number of test labels, or ``None`` when it does not evaluate.
+
+    Raises
+    ------
+    ProtocolError
+        Naming the node, its partition and both numbers.
+    """
+    for node in nodes:
+        name = node_label(nodes, node.node_id)
+        if node.num_train != num_train:
+            missing = (
+                f" (ids {node.num_train}..{num_train - 1} are not in this party's "
+                f"train partition ({node.num_train} samples))"
+                if node.num_train < num_train
+                else ""
+            )
+            raise ProtocolError(
+                f"{name} holds {node.num_train} train samples but the label party "
+                f"holds {num_train} training labels: sample ids must be 0..n-1 at "
+                f"every node, with n the number of labels{missing}"
+            )
+        if num_test is not None and node.num_test != num_test:
+            held = (
+                "no 'test' split"
+                if node.num_test == 0
+                else f"{node.num_test} test samples"
+            )
+            raise ProtocolError(
+                f"{name} holds {held} but test_labels holds {num_test} labels: test "
+                "sample ids must be 0..n-1 at every node, with n = len(test_labels)"
+            )
+
+
+def check_top_model(top: torch.nn.Module, nodes: Sequence[Node], outputs: int) -> None:
+    """Run a zeros ``(1, total width)`` through ``top``; check the logits' width.
+
+    The forward runs once, without gradient and in eval mode (no dropout
+    draw, no batch-norm update).
+
+    Parameters
+    ----------
+    top
+        The label party's top model.
+    nodes
+        The nodes; their embedding widths add up to the top model's input.
+    outputs
+        Logits the labels need: 1 for binary labels, ``k`` for ``k`` classes.
+
+    Raises
+    ------
+    ConfigError
+        In one line: the top model's expected input (when known) and the
+        nodes' total width, or the logits it returns and those needed.
+    """
+    width = sum(node.width for node in nodes)
+    total = f"the {len(nodes)} nodes' embeddings add up to {width}"
+    training = top.training
+    top.eval()
+    try:
+        with torch.no_grad():
+            logits = top(torch.zeros((1, width), dtype=torch.float32))
+    except (RuntimeError, TypeError, ValueError, IndexError) as err:
+        expected = _input_width(top)
+        takes = (
+            f"does not take {total}"
+            if expected is None
+            else f"takes {expected} inputs but {total}"
+        )
+        reason = " ".join(str(err).split())
+        raise ConfigError(
+            f"the top model {takes}: a no-grad forward of a zeros (1, {width}) "
+            f"tensor raised {type(err).__name__}: {reason}"
+        ) from err
+    finally:
+        top.train(training)
+    shape = tuple(getattr(logits, "shape", ()))
+    if len(shape) != 2 or shape[1] != outputs:
+        need = (
+            "binary labels need 1 logit (sigmoid + BCE)"
+            if outputs == 1
+            else f"{outputs} classes need {outputs} logits (softmax + CE)"
+        )
+        raise ConfigError(
+            f"the top model maps a (1, {width}) input to shape {shape}; {need}: "
+            f"shape (1, {outputs})"
+        )
+
+
+def _input_width(top: torch.nn.Module) -> int | None:
+    """The top model's ``in_dim``, else its first layer's ``in_features``."""
+    in_dim = getattr(top, "in_dim", None)
+    if isinstance(in_dim, int):
+        return in_dim
+    for module in top.modules():
+        features = getattr(module, "in_features", None)
+        if isinstance(features, int):
+            return features
+    return None
 
 
 def step_message(

@@ -25,15 +25,9 @@ from typing import Any
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 
-from tpsl_flwr.closed_forms import auc_bound
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.mechanisms import (
-    GaussianPerturb,
-    LaplacePerturb,
-    Mechanism,
-    NoProtection,
-    RandomizedResponse,
-)
+from tpsl_flwr.privacy.closed_forms import auc_bound
+from tpsl_flwr.privacy.mechanisms import Mechanism
 from tpsl_flwr.validation import check_int, check_placement
 
 NO_OP_AUC = 0.99
@@ -86,30 +80,13 @@ class PrivacySpent:
 def dp_event(mechanism: Mechanism) -> dp_accounting.DpEvent:
     """The dp-accounting event of one GradPerturb release of one label.
 
-    Laplace: the label vector moves by its l1 sensitivity (1 binary, 2
-    multi-class) and the noise scale is ``b``, so the noise multiplier is
-    ``b / sensitivity = 1 / epsilon`` (use with ``ADD_OR_REMOVE_ONE``).
-    Randomized response: dp-accounting's parameter is the chance of a
-    uniformly random output (use with ``REPLACE_ONE``). Gaussian: noise
-    multiplier ``sigma / sensitivity`` at the logits (``ADD_OR_REMOVE_ONE``).
+    Each mechanism declares its own (:meth:`Mechanism.dp_event
+    <tpsl_flwr.privacy.mechanisms.base.Mechanism.dp_event>`): Laplace as
+    ``LaplaceDpEvent(1/epsilon)`` under add/remove, randomized response as
+    ``RandomizedResponseDpEvent`` under replace-one, Gaussian as
+    ``GaussianDpEvent(sigma / sensitivity)`` at the logits.
     """
-    if isinstance(mechanism, LaplacePerturb):
-        return dp_accounting.LaplaceDpEvent(mechanism.scale / mechanism.l1_sensitivity)
-    if isinstance(mechanism, RandomizedResponse):
-        return dp_accounting.RandomizedResponseDpEvent(
-            mechanism.uniform_noise_parameter, mechanism.num_classes
-        )
-    if isinstance(mechanism, GaussianPerturb):
-        return dp_accounting.GaussianDpEvent(
-            mechanism.sigma / mechanism.logit_l2_sensitivity
-        )
-    return dp_accounting.NonPrivateDpEvent()
-
-
-def _relation(mechanism: Mechanism) -> dp_accounting.NeighboringRelation:
-    if isinstance(mechanism, RandomizedResponse):
-        return dp_accounting.NeighboringRelation.REPLACE_ONE
-    return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    return mechanism.dp_event()
 
 
 def composed_epsilon(mechanism: Mechanism, releases: int, delta: float) -> float:
@@ -126,13 +103,14 @@ def composed_epsilon(mechanism: Mechanism, releases: int, delta: float) -> float
         # resolution instead of the absolute one.
         interval = max(1e-4, 1e-3 * per_release)
     accountant = pld_privacy_accountant.PLDAccountant(
-        _relation(mechanism), value_discretization_interval=interval
+        mechanism.neighboring, value_discretization_interval=interval
     )
     accountant.compose(dp_accounting.ComposedDpEvent([dp_event(mechanism)] * releases))
     return float(accountant.get_epsilon(delta))
 
 
 def privacy_spent(
+    *,
     mechanism: Mechanism,
     placement: str = "logits",
     epochs: int = 1,
@@ -163,10 +141,11 @@ def privacy_spent(
 
     Examples
     --------
-    >>> from tpsl_flwr.mechanisms import make_mechanism
-    >>> privacy_spent(make_mechanism("laplace", epsilon=1.0), epochs=20).epsilon
+    >>> from tpsl_flwr.privacy.mechanisms import make_mechanism
+    >>> laplace = make_mechanism("laplace", epsilon=1.0)
+    >>> privacy_spent(mechanism=laplace, epochs=20, reuse_noise=True).epsilon
     1.0
-    >>> privacy_spent(make_mechanism("laplace", epsilon=1.0), "cut").epsilon
+    >>> privacy_spent(mechanism=laplace, placement="cut").epsilon
     2.0
     """
     check_placement(placement)
@@ -178,20 +157,20 @@ def privacy_spent(
     notes: list[str] = []
     epsilon: float | None
     at_delta: float | None
-    if isinstance(mechanism, NoProtection):
+    if not mechanism.protects:
         epsilon, at_delta = math.inf, math.inf
         notes.append("no protection: gradients reveal the labels (attack AUC ~1)")
-    elif isinstance(mechanism, GaussianPerturb):
+    elif mechanism.epsilon is None:  # no pure epsilon: the Gaussian baseline
         epsilon = None
         if placement == "logits":
             at_delta = composed_epsilon(mechanism, releases, delta)
         else:
             at_delta = None
             notes.append(
-                "gaussian at the cut layer: the sensitivity ||g_0 - g_1|| is "
+                f"{mechanism.name} at the cut layer: the sensitivity ||g_0 - g_1|| is "
                 "unbounded, so no (epsilon, delta) is reported"
             )
-        notes.append("gaussian baseline: no pure (epsilon, 0) guarantee")
+        notes.append(f"{mechanism.name} baseline: no pure (epsilon, 0) guarantee")
     else:
         assert mechanism.epsilon is not None
         epsilon = releases * mechanism.epsilon

@@ -13,13 +13,6 @@ import math
 import numpy as np
 from scipy import integrate, stats
 
-from tpsl_flwr.mechanisms import (
-    GaussianPerturb,
-    LaplacePerturb,
-    Mechanism,
-    RandomizedResponse,
-)
-
 
 def auc_bound(epsilon: float) -> float:
     """Ceiling on the AUC of any attack on an ``epsilon``-DP binary label.
@@ -124,53 +117,3 @@ def sda_top1_gaussian(sigma: float, num_classes: int) -> float:
         limit=200,
     )
     return float(value)
-
-
-def expected_noise(mechanism: Mechanism) -> dict[str, float]:
-    """The expected values of :func:`tpsl_flwr.noisy_labels.realized_noise`.
-
-    ``flip_rate``: chance that the noisy coefficients point at another label
-    (``argmax c != y``); ``mean_abs_noise``: mean ``|u|`` (binary Laplace,
-    ``b``), mean coordinate deviation (multi-class), or mean ``|r|``.
-    """
-    k = mechanism.num_classes
-    if isinstance(mechanism, LaplacePerturb):
-        if mechanism.is_binary:
-            flip = 0.5 * math.exp(-mechanism.eps / 2.0)
-        else:
-            flip = 1.0 - sda_top1_laplace(mechanism.eps, k)
-        return {"flip_rate": flip, "mean_abs_noise": mechanism.scale}
-    if isinstance(mechanism, RandomizedResponse):
-        flip = mechanism.flip_probability
-        mean_abs = flip if mechanism.is_binary else 2.0 * flip / k
-        return {"flip_rate": flip, "mean_abs_noise": mean_abs}
-    if isinstance(mechanism, GaussianPerturb):
-        return {
-            "flip_rate": 0.0,
-            "mean_abs_noise": mechanism.sigma * math.sqrt(2 / math.pi),
-        }
-    return {"flip_rate": 0.0, "mean_abs_noise": 0.0}
-
-
-def expected_sda(mechanism: Mechanism) -> float:
-    """Expected SDA AUC (binary) or top-1 accuracy (k classes), uniform predictions."""
-    k = mechanism.num_classes
-    if isinstance(mechanism, LaplacePerturb):
-        return (
-            sda_auc_laplace(mechanism.eps)
-            if k == 2
-            else sda_top1_laplace(mechanism.eps, k)
-        )
-    if isinstance(mechanism, RandomizedResponse):
-        return (
-            sda_auc_randomized_response(mechanism.eps)
-            if k == 2
-            else sda_top1_randomized_response(mechanism.eps, k)
-        )
-    if isinstance(mechanism, GaussianPerturb):
-        return (
-            sda_auc_gaussian(mechanism.sigma)
-            if k == 2
-            else sda_top1_gaussian(mechanism.sigma, k)
-        )
-    return 1.0

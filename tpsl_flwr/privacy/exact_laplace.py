@@ -34,7 +34,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
 
 MAX_SCALE_STEPS = 2**40
 """Largest supported scale ``t`` (the ``float64`` error bound assumes it)."""

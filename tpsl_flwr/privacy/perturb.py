@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from tpsl_flwr.errors import PrivacyError
-from tpsl_flwr.noisy_labels import NoisyLabels
+from tpsl_flwr.privacy.noisy_labels import NoisyLabels
 
 
 def per_class_losses(logits: Tensor) -> Tensor:

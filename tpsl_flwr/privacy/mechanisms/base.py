@@ -1,0 +1,143 @@
+"""What every GradPerturb mechanism declares, and the registry of them.
+
+A mechanism is a small frozen description (dp-accounting's ``dp_event.py``
+style) that says, in one place: its parameter (``epsilon``, ``sigma`` or
+none), its keyed noisy-label sampler, its accounting event and neighbouring
+relation, and the closed forms the audit and the tests hold it to. Adding a
+mechanism means adding one module that subclasses :class:`Mechanism` and
+decorates the class with :func:`register`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, TypeVar
+
+import numpy as np
+
+from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.validation import check_num_classes
+
+if TYPE_CHECKING:
+    import dp_accounting
+
+    from tpsl_flwr.privacy.keyed_noise import NoiseKey
+    from tpsl_flwr.privacy.label_noise import NoisyLabels
+
+__all__ = ["REGISTRY", "Mechanism", "mechanism_class", "parameter_of", "register"]
+
+REGISTRY: dict[str, type[Mechanism]] = {}
+"""Every mechanism class by name, in registration order."""
+
+M = TypeVar("M", bound="type[Mechanism]")
+
+
+def register(cls: M) -> M:
+    """Class decorator: add a mechanism to :data:`REGISTRY` under its ``name``."""
+    if not cls.name or cls.name in REGISTRY:
+        raise ConfigError(f"mechanism name {cls.name!r} is empty or taken")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def mechanism_class(name: str) -> type[Mechanism]:
+    """The registered class of ``name``.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown name, listing the valid ones.
+    """
+    if name not in REGISTRY:
+        raise ConfigError(
+            f"unknown mechanism {name!r}; valid mechanisms: {', '.join(REGISTRY)}"
+        )
+    return REGISTRY[name]
+
+
+def parameter_of(name: str) -> str | None:
+    """The parameter mechanism ``name`` takes: ``"epsilon"``, ``"sigma"`` or None.
+
+    Examples
+    --------
+    >>> import tpsl_flwr.privacy.mechanisms
+    >>> [parameter_of(n) for n in ("none", "laplace", "discrete", "gaussian")]
+    [None, 'epsilon', 'epsilon', 'sigma']
+    """
+    return mechanism_class(name).parameter
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """Base description of a GradPerturb mechanism.
+
+    Attributes
+    ----------
+    num_classes
+        The number of classes ``k`` (2 for binary).
+    """
+
+    name: ClassVar[str] = ""
+    parameter: ClassVar[str | None] = None
+    """The one parameter the mechanism takes (``epsilon``, ``sigma`` or None)."""
+    parameter_field: ClassVar[str | None] = None
+    """The dataclass field holding it, when not named as the parameter."""
+    listing_order: ClassVar[int] = 99
+    """Where the mechanism appears in lists (CLI choices, tables)."""
+    additive: ClassVar[bool] = False
+    """Whether the noise is added to ``g_y`` (Gaussian) rather than a label mix."""
+    num_classes: int = 2
+
+    def __post_init__(self) -> None:
+        check_num_classes(self.num_classes)
+
+    @property
+    def is_binary(self) -> bool:
+        """Whether the mechanism is the binary (single-logit) variant."""
+        return self.num_classes == 2
+
+    @property
+    def parameter_value(self) -> float | None:
+        """The value of :attr:`parameter` (None for a mechanism without one)."""
+        return None if self.parameter is None else float(getattr(self, self.parameter))
+
+    @property
+    def epsilon(self) -> float | None:
+        """The pure ``epsilon`` of one GradPerturb call, or ``None`` if none."""
+        return None
+
+    @property
+    def protects(self) -> bool:
+        """Whether the mechanism adds any noise at all."""
+        return True
+
+    # ---------------------------------------------------------- declared once
+    def sample(
+        self,
+        labels: np.ndarray,
+        ids: np.ndarray,
+        key: NoiseKey,
+        stream: int,
+        additive_dim: int | None,
+    ) -> NoisyLabels:
+        """Randomize validated ``labels`` with keyed noise (one word stream per id)."""
+        raise NotImplementedError
+
+    def dp_event(self) -> dp_accounting.DpEvent:
+        """The dp-accounting event of one release of one label."""
+        raise NotImplementedError
+
+    @property
+    def neighboring(self) -> dp_accounting.NeighboringRelation:
+        """The neighbouring relation the event is stated under."""
+        import dp_accounting
+
+        return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+
+    def expected_sda(self) -> float:
+        """Closed-form SDA AUC (binary) or top-1 accuracy (k classes)."""
+        raise NotImplementedError
+
+    def expected_noise(self) -> dict[str, float]:
+        """Expected ``flip_rate`` and ``mean_abs_noise`` of the sampler's output."""
+        raise NotImplementedError
