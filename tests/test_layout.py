@@ -1,4 +1,4 @@
-"""The layout's promises: a Flower-free core and one-way dependencies."""
+"""The layout's promises: a Flower-free core, one-way dependencies, small modules."""
 
 import ast
 import pkgutil
@@ -78,3 +78,12 @@ def test_the_core_never_imports_a_flower_facing_package():
                     if parts[1] in FLOWER_PACKAGES:
                         offenders.append(f"{name} imports {node.module}")
     assert not offenders, offenders
+
+
+def test_no_module_is_much_over_400_lines():
+    too_long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in PACKAGE.rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > 420
+    }
+    assert not too_long, too_long

@@ -116,17 +116,8 @@ class TPSLStrategy(Strategy):
         are restored from it, and the nodes are told to load their
         checkpoints. Its key must be ``label_party``'s.
 
-    Examples
-    --------
-    Resuming an embedded run (the binding names every setting that fixes the
-    noise, so a resume with any of them changed is refused)::
-
-        store = LabelStore("label-party")
-        binding = NoiseBinding.of(mechanism=mech, placement="logits",
-                                  reuse_noise=True, id_space={"ids": "v1"})
-        release = store.open_release(binding, resume=True)
-        party = LabelParty(top, labels, mech, release.key)
-        strategy = TPSLStrategy(party, store=store, release=release, epochs=5)
+    See ``docs/embedding.md`` for the contracts of both parties and for
+    resuming an embedded run.
     """
 
     def __init__(
@@ -249,13 +240,6 @@ class TPSLStrategy(Strategy):
         nodes = describe_nodes(check_replies([], replies, node_ids))
         n_test = None if self.test_labels is None else int(self.test_labels.size)
         check_sample_counts(nodes, num_train=self.num_train, num_test=n_test)
-        offset = sum(node.width for node in nodes)
-        top_in = getattr(self.party.top, "in_dim", offset)
-        if top_in != offset:
-            raise ConfigError(
-                f"the top model takes {top_in} inputs but the {len(nodes)} nodes' "
-                f"embeddings add up to {offset}"
-            )
         check_top_model(self.party.top, nodes, self.party.num_outputs)
         self.nodes = nodes
 

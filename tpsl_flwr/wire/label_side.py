@@ -165,6 +165,9 @@ def check_top_model(top: torch.nn.Module, nodes: Sequence[Node], outputs: int) -
     """
     width = sum(node.width for node in nodes)
     total = f"the {len(nodes)} nodes' embeddings add up to {width}"
+    declared = getattr(top, "in_dim", width)
+    if declared != width:
+        raise ConfigError(f"the top model takes {declared} inputs but {total}")
     training = top.training
     top.eval()
     try:

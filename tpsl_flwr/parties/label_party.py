@@ -1,0 +1,244 @@
+"""P_L, the label party, as plain torch: labels, top model, mechanism, noise key.
+
+Given the non-label parties' embeddings for a batch of sample ids, it runs
+GradPerturb, updates the top model ``h`` with the *perturbed* signal and returns
+the perturbed cut-layer gradient: the only label-derived thing that ever
+leaves it (Yang et al., Algorithm 3 and Section 4.2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from tpsl_flwr.errors import ConfigError, PrivacyError
+from tpsl_flwr.parties.optim import OptimizerFactory, adam
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import Mechanism
+from tpsl_flwr.privacy.noisy_labels import (
+    STREAM_CUT_GAUSSIAN,
+    STREAM_TOP_UPDATE,
+    STREAM_TRANSCRIPT,
+    NoisyLabels,
+    draw_noisy_labels,
+)
+from tpsl_flwr.privacy.perturb import cut_placement_backward, logits_placement_backward
+from tpsl_flwr.validation import check_labels, check_placement, check_sample_ids
+
+_STREAMS_PER_EPOCH = 4
+NOISE_CACHE_BYTES = 256 * 2**20
+"""Most memory :class:`LabelParty` spends on precomputed per-sample noise."""
+
+
+def noise_stream(base: int, epoch: int, reuse_noise: bool) -> int:
+    """The keyed-noise stream of ``base`` in ``epoch``.
+
+    With reuse (the paper's multi-epoch rule) every epoch uses the same stream,
+    so each sample gets the same noise every time; without it each epoch gets
+    fresh, independent noise (and the accounting composes).
+    """
+    return base if reuse_noise else base + _STREAMS_PER_EPOCH * (epoch + 1)
+
+
+class LabelParty:
+    """P_L: labels, top model, optimizer, mechanism and noise key.
+
+    Parameters
+    ----------
+    top
+        The top model ``h`` mapping concatenated embeddings to logits (one
+        logit for two classes, else ``k``).
+    labels
+        Training labels indexed by sample id (``labels[i]`` is sample ``i``'s).
+    mechanism
+        The GradPerturb mechanism (its ``num_classes`` must fit ``labels``).
+    key
+        The secret noise key (never leaves this object but for checkpoints
+        the label party writes for itself).
+    placement
+        ``"logits"`` (``epsilon``) or ``"cut"`` (``2 epsilon``).
+    optimizer
+        Factory building the top model's optimizer from its parameters.
+    reuse_noise
+        Draw each sample's noise once and reuse it in every epoch.
+    noise_cache_bytes
+        Each sample's noise is a keyed function of (key, sample id, stream), so
+        the party derives a stream's noise for all training samples at once,
+        the first time the stream is used, and indexes it per batch: the same
+        values as drawing per batch, at almost no cost per step. Streams whose
+        noise would take more than this many bytes are drawn per batch; 0
+        turns the cache off. Only the streams of the current epoch are kept.
+    """
+
+    def __init__(
+        self,
+        top: nn.Module,
+        labels: np.ndarray,
+        mechanism: Mechanism,
+        key: NoiseKey,
+        placement: str = "logits",
+        optimizer: OptimizerFactory | None = None,
+        reuse_noise: bool = True,
+        noise_cache_bytes: int = NOISE_CACHE_BYTES,
+    ) -> None:
+        self.top = top
+        self.labels = check_labels(labels, mechanism.num_classes)
+        self.mechanism = mechanism
+        self.key = key
+        self.placement = check_placement(placement)
+        self.reuse_noise = reuse_noise
+        self.optimizer = (optimizer or adam(1e-3))(top.parameters())
+        self.steps = 0
+        self.noise_cache_bytes = int(noise_cache_bytes)
+        self._noise_cache: dict[tuple[int, int | None], NoisyLabels] = {}
+
+    @property
+    def num_outputs(self) -> int:
+        """Number of logits of the top model's head."""
+        return 1 if self.mechanism.is_binary else self.mechanism.num_classes
+
+    def _noisy(
+        self, ids: np.ndarray, base: int, epoch: int, width: int | None = None
+    ) -> NoisyLabels:
+        stream = noise_stream(base, epoch, self.reuse_noise)
+        cached = self._all_noise(stream, width)
+        if cached is None:
+            return draw_noisy_labels(
+                self.mechanism,
+                self.labels[ids],
+                ids,
+                self.key,
+                stream,
+                additive_dim=width,
+            )
+        additive = None if cached.additive is None else cached.additive[ids]
+        return NoisyLabels(cached.coefficients[ids], additive)
+
+    def _all_noise(self, stream: int, width: int | None) -> NoisyLabels | None:
+        """Every training sample's noise on ``stream`` (None: over the cache cap)."""
+        found = self._noise_cache.get((stream, width))
+        if found is not None:
+            return found
+        n, k = self.labels.size, self.mechanism.num_classes
+        columns = k
+        if self.mechanism.additive:
+            logits = 1 if self.mechanism.is_binary else k
+            columns += logits if width is None else width
+        if n * columns * 8 > self.noise_cache_bytes:
+            return None
+        if not self.reuse_noise:  # a new epoch's streams replace the old ones
+            epoch_of = (stream - 1) // _STREAMS_PER_EPOCH
+            self._noise_cache = {
+                key: value
+                for key, value in self._noise_cache.items()
+                if (key[0] - 1) // _STREAMS_PER_EPOCH == epoch_of
+            }
+        found = draw_noisy_labels(
+            self.mechanism,
+            self.labels,
+            np.arange(n, dtype=np.int64),
+            self.key,
+            stream,
+            additive_dim=width,
+        )
+        self._noise_cache[(stream, width)] = found
+        return found
+
+    def check_ids(self, sample_ids: object) -> np.ndarray:
+        """Validate training sample ids against the labels held."""
+        ids = check_sample_ids(sample_ids)
+        if ids.max() >= self.labels.size:
+            raise ConfigError(
+                f"sample id {int(ids.max())} is outside the {self.labels.size} "
+                "training labels held by the label party"
+            )
+        return ids
+
+    def train_step(
+        self, sample_ids: object, embeddings: Tensor, epoch: int = 0
+    ) -> Tensor:
+        """One TPSL step: perturb, update the top model, return the gradient to send.
+
+        Parameters
+        ----------
+        sample_ids
+            ``(n,)`` training sample ids of the batch.
+        embeddings
+            ``(n, d)`` concatenated cut-layer embeddings of those samples.
+        epoch
+            The current epoch (selects the noise stream when noise is not reused).
+
+        Returns
+        -------
+        torch.Tensor
+            The perturbed cut-layer gradient ``(n, d)`` (float32).
+
+        Raises
+        ------
+        PrivacyError
+            If the embeddings are not finite or do not fit the batch; nothing
+            is updated or returned then (fail closed).
+        """
+        ids = self.check_ids(sample_ids)
+        emb = torch.as_tensor(embeddings, dtype=torch.float32)
+        if emb.ndim != 2 or emb.shape[0] != ids.size:
+            raise PrivacyError(
+                f"embeddings of shape {tuple(emb.shape)} do not fit a batch of "
+                f"{ids.size} sample ids"
+            )
+        if not torch.isfinite(emb).all():
+            raise PrivacyError("embeddings contain NaN or inf")
+        self.optimizer.zero_grad()
+        transcript_width = None
+        if self.placement == "cut" and self.mechanism.additive:
+            transcript_width = emb.shape[1]
+        base = STREAM_CUT_GAUSSIAN if transcript_width else STREAM_TRANSCRIPT
+        transcript = self._noisy(ids, base, epoch, transcript_width)
+        if self.placement == "logits":
+            grad, _ = logits_placement_backward(self.top, emb, transcript)
+        else:
+            update = self._noisy(ids, STREAM_TOP_UPDATE, epoch)
+            grad, _ = cut_placement_backward(self.top, emb, transcript, update)
+        if not torch.isfinite(grad).all():
+            self.optimizer.zero_grad()
+            raise PrivacyError("the perturbed gradient is not finite; nothing sent")
+        self.optimizer.step()
+        self.steps += 1
+        return grad.to(torch.float32)
+
+    @torch.no_grad()
+    def predict(self, embeddings: Tensor) -> np.ndarray:
+        """Class probabilities ``(n, k)`` for embeddings (evaluation only)."""
+        logits = self.top(torch.as_tensor(embeddings, dtype=torch.float32))
+        if logits.shape[1] == 1:
+            positive = torch.sigmoid(logits[:, 0])
+            return torch.stack([1 - positive, positive], dim=1).numpy()
+        return torch.softmax(logits, dim=1).numpy()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume but the key, which is named by fingerprint.
+
+        The key itself is kept apart, in the label party's key file
+        (:class:`~tpsl_flwr.label_store.LabelStore`).
+        """
+        return {
+            "top": self.top.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "steps": self.steps,
+            "key_fingerprint": self.key.fingerprint,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; it must have been saved under this key."""
+        if state.get("key_fingerprint") != self.key.fingerprint:
+            raise ConfigError(
+                "the checkpoint was written with another noise key "
+                f"(fingerprint {state.get('key_fingerprint')}, this run "
+                f"{self.key.fingerprint})"
+            )
+        self.top.load_state_dict(state["top"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = int(state["steps"])
