@@ -370,9 +370,11 @@ def _inprocess_history(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     return dict(results["history"][0])
 
 
-def _assert_tpsl_results(out_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
+def _assert_tpsl_results(
+    out_dir: Path, config: dict[str, Any], engine: str
+) -> dict[str, Any]:
     results = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
-    assert results["engine"] == "flower"
+    assert results["engine"] == engine
     assert results["mechanism"] == "laplace"
     assert results["epsilon_spent"] == 1.0
     assert results["num_parties"] == 2
@@ -418,7 +420,7 @@ def test_flwr_run_simulation_runs_tpsl_app(tmp_path: Path) -> None:
     print(f"flwr run simulation: run {run.wall_s:.1f} s, with cleanup {elapsed:.1f} s")
     assert run.ok, f"{run.status} ({run.status_details})\n{run.output[-3000:]}"
     assert run.returncode == 0
-    _assert_tpsl_results(out_dir, config)
+    _assert_tpsl_results(out_dir, config, "ray")
     assert find_launched_processes(run.launch_id) == []
     assert (tmp_path / "flwr-home" / "local-superlink" / "superlink.log").exists()
 
@@ -455,7 +457,7 @@ def test_deployment_runtime_runs_tpsl_app(tmp_path: Path) -> None:
         f"s, total {elapsed:.1f} s"
     )
     assert run.ok, f"{run.status} ({run.status_details})\n{run.output[-3000:]}"
-    _assert_tpsl_results(out_dir, config)
+    _assert_tpsl_results(out_dir, config, "deployment")
     failed = f"{bad.status} ({bad.status_details})\n{bad.output[-3000:]}"
     assert bad.status == "finished:failed", failed
     assert "epsilon" in bad.status_details, failed

@@ -22,7 +22,15 @@ import numpy as np
 import torch
 
 from tpsl_flwr.attacks import sda_predictions, sda_scores
-from tpsl_flwr.auc import auc_standard_error, binary_auc
+from tpsl_flwr.attacks.ceiling import (
+    ABOVE,
+    SIGMAS_OF_TOLERANCE,
+    STRICT_CONFIDENCE,
+    accuracy_standard_error,
+    ceiling_test,
+    pooled_auc_standard_error,
+)
+from tpsl_flwr.auc import binary_auc
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.accounting import no_op_warning
 from tpsl_flwr.privacy.closed_forms import (
@@ -40,10 +48,13 @@ from tpsl_flwr.privacy.noisy_labels import (
 from tpsl_flwr.privacy.perturb import candidate_gradients, logits_placement_backward
 from tpsl_flwr.validation import check_int
 
-STRICT_CONFIDENCE = 0.999
-"""Confidence of the epsilon lower bound that decides a violation."""
-SIGMAS_OF_TOLERANCE = 4.0
-"""How many standard errors above the ceiling count as a violation."""
+__all__ = [
+    "SIGMAS_OF_TOLERANCE",
+    "STRICT_CONFIDENCE",
+    "AuditResult",
+    "mechanism_gradients",
+    "run_audit",
+]
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,7 @@ class AuditResult:
     realized_noise: dict[str, float]
     expected_noise: dict[str, float]
     notes: list[str] = field(default_factory=list)
+    ceiling_verdict: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (infinite values become the string ``"inf"``)."""
@@ -161,13 +173,13 @@ def run_audit(
             raise ConfigError("the audit drew a single label; raise --samples")
         measured = binary_auc(labels, scores)
         n_pos = int(labels.sum())
-        se = auc_standard_error(measured, n_pos, samples - n_pos)
+        se = pooled_auc_standard_error(measured, n_pos, samples - n_pos)
         top_ceiling = None
         attack_scores, attack_labels = scores, labels
     else:
         predictions = sda_predictions(received, candidates)
         measured = float(np.mean(predictions == labels))
-        se = math.sqrt(max(measured * (1 - measured), 1e-12) / samples)
+        se = accuracy_standard_error(measured, samples)
         top_ceiling = (
             top1_bound(epsilon, float(probabilities.max()))
             if epsilon is not None
@@ -185,19 +197,21 @@ def run_audit(
     lower = epsilon_lower_bound(attack_scores, attack_labels, 0.95, seed)
     strict = epsilon_lower_bound(attack_scores, attack_labels, STRICT_CONFIDENCE, seed)
     limit = ceiling if k == 2 else top_ceiling
-    reasons = []
+    reasons: tuple[str, ...] = ()
+    verdict_of_ceiling = None
     if epsilon is not None and math.isfinite(epsilon):
-        if strict > epsilon:
-            reasons.append(
-                f"empirical epsilon lower bound {strict:.4f} "
-                f"({STRICT_CONFIDENCE:.1%} confidence) exceeds epsilon {epsilon:g}"
+        if limit is not None:
+            # The one rule of the project (tpsl_flwr.attacks.ceiling).
+            test = ceiling_test(
+                value=measured,
+                standard_error=se,
+                ceiling=limit,
+                epsilon=epsilon,
+                epsilon_lower_bound=strict,
+                name="SDA AUC" if k == 2 else "SDA top-1 accuracy",
             )
-        if limit is not None and measured > limit + SIGMAS_OF_TOLERANCE * se:
-            name = "AUC" if k == 2 else "top-1 accuracy"
-            reasons.append(
-                f"SDA {name} {measured:.4f} exceeds the epsilon-DP ceiling "
-                f"{limit:.4f} by more than {SIGMAS_OF_TOLERANCE:g} standard errors"
-            )
+            reasons = test.reasons if test.verdict == ABOVE else ()
+            verdict_of_ceiling = test.verdict
     elif mechanism.additive:
         notes.append("gaussian baseline: no pure epsilon, so no ceiling to check")
     warning = no_op_warning(ceiling)
@@ -226,4 +240,5 @@ def run_audit(
         realized_noise=realized_noise(labels, noisy),
         expected_noise=mechanism.expected_noise(),
         notes=notes,
+        ceiling_verdict=verdict_of_ceiling,
     )

@@ -26,7 +26,16 @@ Decisions, stated once:
   batch holds too few positives to orient itself under Laplace noise);
 * multi-class (``k > 2``): the norm, cosine and spectral attacks are binary
   and are omitted from the report; SDA's top-1 accuracy is reported under
-  ``sda_top1``.
+  ``sda_top1``;
+* every pooled number carries its standard error over the samples it was
+  computed on (``standard_error``: Hanley-McNeil for an AUC, binomial for a
+  top-1 accuracy), and, given the epsilon-DP ceiling, every AUC its
+  ``ceiling_verdict`` by the project's one rule
+  (:func:`~tpsl_flwr.attacks.ceiling.ceiling_verdict`: above the ceiling beyond
+  4 standard errors, within sampling error, or below). The ceiling bounds a
+  score and its negation alike, so the verdict reads the better orientation,
+  ``max(AUC, 1 - AUC)`` (a cosine attack whose known positive was flipped
+  scores below 0.5).
 
 The population-level attacks (:mod:`~tpsl_flwr.attacks.completion`,
 :mod:`~tpsl_flwr.attacks.clustering`) need embeddings, not gradients, and are
@@ -43,6 +52,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tpsl_flwr.attacks.ceiling import (
+    accuracy_standard_error,
+    ceiling_verdict,
+    pooled_auc_standard_error,
+)
 from tpsl_flwr.attacks.cosine import cosine_scores
 from tpsl_flwr.attacks.metrics import (
     BatchStats,
@@ -183,10 +197,15 @@ def _known_positive(epoch: _Epoch) -> int | None:
 def _binary_report(epoch: _Epoch, spectral: str) -> dict[str, Any]:
     labels = epoch.split(epoch.labels)
     pooled: dict[str, float | None] = {}
+    errors: dict[str, float | None] = {}
     per_batch: dict[str, dict[str, float | int]] = {}
+    n_pos = int(np.count_nonzero(epoch.labels == 1))
+    n_neg = int(epoch.labels.size - n_pos)
 
     def record(name: str, scores: np.ndarray, batch_scores: list[np.ndarray]) -> None:
-        pooled[name] = pooled_auc(epoch.labels, scores)
+        auc = pooled_auc(epoch.labels, scores)
+        pooled[name] = auc
+        errors[name] = pooled_auc_standard_error(auc, n_pos, n_neg)
         per_batch[name] = BatchStats.of(batch_aucs(labels, batch_scores)).to_dict()
 
     norm = norm_scores(epoch.gradients)
@@ -215,15 +234,38 @@ def _binary_report(epoch: _Epoch, spectral: str) -> dict[str, Any]:
     record("spectral", pooled_spectral, spectral_batches)
 
     if epoch.candidates is None:
-        pooled["sda"] = None
+        pooled["sda"] = errors["sda"] = None
     else:
         sda = sda_scores(epoch.gradients, epoch.candidates)
         record("sda", sda, epoch.split(sda))
     return {
         **pooled,
+        "standard_error": errors,
+        "positives": n_pos,
         "cosine_positive_id": None if known is None else int(epoch.ids[known]),
         "per_batch": per_batch,
     }
+
+
+def oriented_verdict(
+    auc: float | None, n_pos: int, n_neg: int, ceiling: float | None
+) -> str | None:
+    """:func:`~tpsl_flwr.attacks.ceiling.ceiling_verdict` of ``max(AUC, 1 - AUC)``.
+
+    The ceiling bounds an attack's score and its negation alike, so an AUC
+    far below 0.5 is as telling as one far above.
+
+    Examples
+    --------
+    >>> oriented_verdict(0.26, 500, 500, 0.7311), oriented_verdict(0.6, 500, 500, None)
+    ('within sampling error', None)
+    """
+    if auc is None or ceiling is None:
+        return None
+    if auc < 0.5:
+        auc, n_pos, n_neg = 1.0 - auc, n_neg, n_pos
+    se = pooled_auc_standard_error(auc, n_pos, n_neg)
+    return ceiling_verdict(auc, se, ceiling)
 
 
 def _multiclass_report(epoch: _Epoch) -> dict[str, Any]:
@@ -231,8 +273,12 @@ def _multiclass_report(epoch: _Epoch) -> dict[str, Any]:
         return {"sda_top1": None, "per_batch": {}}
     predictions = sda_predictions(epoch.gradients, epoch.candidates)
     stats = per_batch_top1(epoch.split(epoch.labels), epoch.split(predictions))
+    accuracy = top1_accuracy(epoch.labels, predictions)
     return {
-        "sda_top1": top1_accuracy(epoch.labels, predictions),
+        "sda_top1": accuracy,
+        "standard_error": {
+            "sda_top1": accuracy_standard_error(accuracy, epoch.labels.size)
+        },
         "per_batch": {"sda_top1": stats.to_dict()},
     }
 
@@ -242,6 +288,7 @@ def attack_report(
     *,
     classes: int | None = None,
     spectral: str = "size",
+    auc_bound: float | None = None,
 ) -> dict[str, Any]:
     """Run every gradient attack on one epoch of one party's transcript.
 
@@ -265,8 +312,14 @@ def attack_report(
         (``None`` without candidates; NaN where the epoch holds one class),
         ``cosine_positive_id`` (the known positive's sample id, ``None`` if
         the epoch has no positive), and ``per_batch[name] = {"mean", "p95",
-        "skipped", "evaluated"}`` over the batches holding both classes.
-        Multi-class: ``sda_top1`` (``None`` without candidates) and
+        "skipped", "evaluated"}`` over the batches holding both classes;
+        ``standard_error[name]``, the Hanley-McNeil standard error of each
+        pooled AUC over the epoch's ``positives`` and negatives (NaN where
+        the AUC is); with ``auc_bound``, ``ceiling_verdict[name]``: ``"below
+        the ceiling"``, ``"within sampling error"`` or ``"above the
+        ceiling"`` (:func:`oriented_verdict`; ``None`` where no AUC).
+        Multi-class: ``sda_top1`` (``None`` without candidates),
+        ``standard_error["sda_top1"]`` (binomial) and
         ``per_batch["sda_top1"]``.
 
     Raises
@@ -283,6 +336,8 @@ def attack_report(
     >>> report = attack_report([BatchRecord(np.arange(4), g, y)])
     >>> report["norm"], report["cosine"], report["spectral"], report["sda"]
     (1.0, 1.0, 1.0, None)
+    >>> report["standard_error"]["norm"]
+    0.0
     """
     if spectral not in SPECTRAL_ORIENTATIONS:
         raise ConfigError(
@@ -291,6 +346,13 @@ def attack_report(
     epoch = _gather(batches)
     k = _classes(epoch, classes)
     body = _binary_report(epoch, spectral) if k == 2 else _multiclass_report(epoch)
+    if k == 2 and auc_bound is not None:
+        n_pos = body["positives"]
+        n_neg = int(epoch.labels.size) - n_pos
+        body["ceiling_verdict"] = {
+            name: oriented_verdict(body[name], n_pos, n_neg, auc_bound)
+            for name in BINARY_ATTACKS
+        }
     return {
         "classes": k,
         "samples": int(epoch.labels.size),

@@ -76,11 +76,15 @@ class TranscriptAudit:
         -------
         dict
             Party 0's report (``norm``, ``cosine``, ``spectral``, ``sda`` AUCs
-            for binary labels, or ``sda_top1``; ``per_batch``), ``auc_bound``,
-            ``by_party`` (every party's report), and ``seconds`` spent auditing.
+            for binary labels, or ``sda_top1``; their ``standard_error``, each
+            AUC's ``ceiling_verdict`` against ``auc_bound``; ``per_batch``),
+            ``auc_bound``, ``by_party`` (every party's report), and
+            ``seconds`` spent auditing.
         """
         started = time.perf_counter()
-        reports = [attack_report(records) for records in self.records]
+        reports = [
+            attack_report(records, auc_bound=auc_bound) for records in self.records
+        ]
         self.seconds += time.perf_counter() - started
         out = {
             **reports[0],

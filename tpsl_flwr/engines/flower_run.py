@@ -3,28 +3,39 @@
 ``flwr run <app> local --stream`` starts a detached local SuperLink that keeps
 running after the run; this module runs the app through
 :func:`~tpsl_flwr.engines.simulation.run_flwr_simulation`, which ends every
-process the run started (by PID), echoes the run's log lines while it runs,
-and returns the results JSON the ServerApp wrote.
+process the run started (by PID), echoes this run's progress lines while it
+runs (never the last run's: its log is removed first), and returns the results
+JSON the ServerApp wrote. A failed run ends in one line naming the cause; the
+tracebacks stay in ``out-dir/flwr-run.log``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 import tpsl_flwr
 from tpsl_flwr.engines.flower_env import app_config, read_toml
+from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.engines.processes import FlowerLaunchError
 from tpsl_flwr.engines.simulation import run_flwr_simulation
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.experiment import RESULTS_FILE
+from tpsl_flwr.experiments.run_folder import (
+    FAILED_FILE,
+    failed_on_error,
+    one_line_error,
+    read_failure,
+    write_atomic,
+)
 
 RUN_LOG = "flwr-run.log"
 
@@ -47,22 +58,84 @@ def source_app_dir() -> Path:
     return root
 
 
-def _follow(path: Path, stop: threading.Event, out: TextIO) -> None:
-    """Echo lines appended to ``path`` until ``stop`` is set."""
-    position = 0
-    while True:
-        finished = stop.is_set()
-        if path.exists():
-            with path.open("r", encoding="utf-8", errors="replace") as handle:
-                handle.seek(position)
-                chunk = handle.read()
-                position = handle.tell()
-            if chunk:
-                out.write(chunk)
-                out.flush()
-        if finished:
-            return
-        time.sleep(0.2)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_LEVEL = re.compile(r"^(INFO|WARNING)\s*:\s?")
+_FLOWER_CHATTER = (
+    "Starting logstream",
+    "To change federation size",
+    "flwr federation simulation-config",
+    "default simulated SuperNodes changed",
+)
+"""Flower's own INFO/WARNING lines that say nothing about this run."""
+
+
+def progress_line(line: str) -> bool:
+    r"""Whether a line of ``flwr-run.log`` is progress the user should see.
+
+    The ServerApp's INFO and WARNING lines are; errors, tracebacks, the
+    ClientApp actors' lines (``(ClientAppActor pid=...)``), Flower's CLI chatter
+    and blank log lines are not: they stay in the log file, and a failed run
+    ends with one summary line instead.
+
+    Examples
+    --------
+    >>> progress_line("\x1b[92mINFO \x1b[0m:      epoch 1/2  2443 samples/s")
+    True
+    >>> progress_line("\x1b[91mERROR \x1b[0m:     Traceback (most recent call last):")
+    False
+    >>> progress_line("(ClientAppActor pid=13415) WARNING :   Manually terminating")
+    False
+    """
+    match = _LEVEL.match(_ANSI.sub("", line))
+    if match is None:
+        return False
+    text = _ANSI.sub("", line)[match.end() :].strip()
+    return bool(text) and not any(noise in text for noise in _FLOWER_CHATTER)
+
+
+def _follow(
+    path: Path,
+    stop: threading.Event,
+    out: TextIO,
+    keep: Callable[[str], bool] = progress_line,
+) -> None:
+    """Echo the lines ``keep`` accepts as they are appended to ``path``.
+
+    Only a file created after the follower starts is read: the caller removes
+    the previous run's log first, and a file replaced under the same name
+    (another inode) is read from its start. Stops once ``stop`` is set and the
+    file is read to its end.
+    """
+    handle: TextIO | None = None
+    inode = None
+    pending = ""
+    try:
+        while True:
+            finished = stop.is_set()
+            try:
+                current = path.stat().st_ino
+            except OSError:
+                current = None
+            if current is not None and current != inode:
+                if handle is not None:
+                    handle.close()
+                handle = path.open("r", encoding="utf-8", errors="replace")
+                inode, pending = current, ""
+            if handle is not None:
+                pending += handle.read()
+                *lines, pending = pending.split("\n")
+                if finished and pending:
+                    lines, pending = [*lines, pending], ""
+                shown = [line for line in lines if keep(line)]
+                if shown:
+                    out.write("".join(line + "\n" for line in shown))
+                    out.flush()
+            if finished:
+                return
+            time.sleep(0.2)
+    finally:
+        if handle is not None:
+            handle.close()
 
 
 def run_on_ray(
@@ -72,6 +145,10 @@ def run_on_ray(
     echo: TextIO | None = sys.stdout,
 ) -> dict[str, Any]:
     """Run the app in Flower's Ray simulation; return its results JSON.
+
+    The caller prepares ``out-dir`` (see
+    :func:`~tpsl_flwr.experiments.run_folder.prepare_run_folder`); this run's
+    log replaces the last one's before anything is echoed.
 
     Parameters
     ----------
@@ -84,20 +161,23 @@ def run_on_ray(
     timeout
         Seconds to wait for the run.
     echo
-        Where to copy the run's log lines as they arrive (``None``: quiet).
+        Where to copy the run's progress lines as they arrive
+        (:func:`progress_line`; ``None``: quiet). Everything else, tracebacks
+        included, stays in ``out-dir/flwr-run.log``.
 
     Returns
     -------
     dict
-        The results JSON, with ``engine`` set to ``"ray"`` and the Flower run's
-        wall time as ``flower_wall_seconds``.
+        The results JSON (``engine`` ``"ray"``), with the Flower run's wall
+        time, Ray's start-up included, as ``flower_wall_seconds``.
 
     Raises
     ------
     FlowerLaunchError
-        If the run did not complete (the message names the log file,
-        ``out-dir/flwr-run.log``; the temporary ``FLWR_HOME`` with the
-        SuperLink's own log is kept then).
+        If the run did not complete: one line naming the cause (the node and
+        partition for a node's error) and the log file,
+        ``out-dir/flwr-run.log``. ``out-dir/FAILED`` holds the same cause, and
+        the SuperLink's own log is kept as ``out-dir/superlink.log``.
     """
     app = source_app_dir() if app_dir is None else Path(app_dir).resolve()
     config = {**app_config(app), **dict(run_config)}
@@ -107,6 +187,9 @@ def run_on_ray(
     if config.get("label-dir"):
         overrides["label-dir"] = str(Path(str(config["label-dir"])).resolve())
     results_path = out_dir / RESULTS_FILE
+    log_path = out_dir / RUN_LOG
+    log_path.unlink(missing_ok=True)  # progress shown is always this run's
+    (out_dir / FAILED_FILE).unlink(missing_ok=True)
     started = time.time()
     # FLWR_HOME holds installed copies of the app: keep it outside the app
     # folder (and out-dir), or the next `flwr run` would pack them too.
@@ -115,30 +198,49 @@ def run_on_ray(
     follower = None
     if echo is not None:
         follower = threading.Thread(
-            target=_follow, args=(out_dir / RUN_LOG, stop, echo), daemon=True
+            target=_follow, args=(log_path, stop, echo), daemon=True
         )
         follower.start()
+    ok = False
     try:
-        run = run_flwr_simulation(
-            app,
-            int(config["num-parties"]),
-            overrides,
-            flwr_home=flwr_home,
-            timeout=timeout,
-            log_dir=out_dir,
-            check=True,
-        )
-        shutil.rmtree(flwr_home, ignore_errors=True)  # kept on failure, for logs
+        with failed_on_error(out_dir):
+            run = run_flwr_simulation(
+                app,
+                int(config["num-parties"]),
+                overrides,
+                flwr_home=flwr_home,
+                timeout=timeout,
+                log_dir=out_dir,
+                check=False,
+            )
+            if not run.ok:
+                raise FlowerLaunchError(_failure(run, out_dir))
+            if not results_path.exists() or results_path.stat().st_mtime < started:
+                raise FlowerLaunchError(
+                    f"the run completed but wrote no {results_path} "
+                    f"(details: {run.log_path})"
+                )
+        ok = True
     finally:
         stop.set()
         if follower is not None:
             follower.join(timeout=5)
-    if not results_path.exists() or results_path.stat().st_mtime < started:
-        raise FlowerLaunchError(
-            f"the run completed but wrote no {results_path}; log: {run.log_path}"
-        )
+        superlink_log = flwr_home / "local-superlink" / "superlink.log"
+        if not ok and superlink_log.exists():
+            shutil.copyfile(superlink_log, out_dir / "superlink.log")
+        shutil.rmtree(flwr_home, ignore_errors=True)
     results = json.loads(results_path.read_text())
-    results["engine"] = "ray"
     results["flower_wall_seconds"] = run.wall_s
-    results_path.write_text(json.dumps(results, indent=2))
+    write_atomic(results_path, json.dumps(results, indent=2))
     return results
+
+
+def _failure(run: CompletedRun, out_dir: Path) -> str:
+    """One line: why ``run`` failed (the ServerApp's ``FAILED``), and the log."""
+    cause = read_failure(out_dir)
+    if cause is None and run.status_details:
+        details = run.status_details.removeprefix("Simulation failed with exception:")
+        cause = one_line_error(details.strip())
+    if cause is None:
+        cause = f"Flower run {run.run_id} ended with status {run.status!r}"
+    return f"{cause} (details: {run.log_path})"

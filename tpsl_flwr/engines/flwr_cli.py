@@ -79,12 +79,15 @@ class CompletedRun:
         Raises
         ------
         FlowerLaunchError
-            If the run did not complete; the message holds the output's tail.
+            If the run did not complete; one line: the status, Flower's cause
+            (its first line) and the log file, which holds the rest.
         """
         if not self.ok:
+            details = self.status_details.strip().splitlines()
+            cause = f": {details[0]}" if details else ""
             raise FlowerLaunchError(
-                f"Flower run {self.run_id} ended with status {self.status!r} "
-                f"({self.status_details}); log: {self.log_path}\n" + self.output[-4000:]
+                f"Flower run {self.run_id} ended with status {self.status!r}"
+                f"{cause} (details: {self.log_path})"
             )
         return self
 
@@ -145,17 +148,19 @@ def flwr_run(
     cmd = [flwr_executable(), "run", str(app_dir), connection, "--stream"]
     cmd += list(extra_args)
     start = time.perf_counter()
-    with log_path.open("w", encoding="utf-8") as log_file:
+    # A new file (new inode), never the last run's truncated: a follower of
+    # the old file can never show its lines as this run's.
+    log_path.unlink(missing_ok=True)
+    with log_path.open("x", encoding="utf-8") as log_file:
         proc = subprocess.Popen(
             cmd, env=dict(env), stdout=log_file, stderr=subprocess.STDOUT
         )
         try:
             returncode = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            output = log_path.read_text(encoding="utf-8", errors="replace")
             raise FlowerLaunchError(
-                f"`{' '.join(cmd)}` did not finish within {timeout} s; "
-                f"log: {log_path}\n{output[-4000:]}"
+                f"`flwr run {app_dir} {connection}` did not finish within "
+                f"{timeout:g} s (details: {log_path})"
             ) from None
         finally:
             if proc.poll() is None:  # timeout or interrupt: stop the CLI

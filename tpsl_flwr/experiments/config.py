@@ -8,6 +8,7 @@ Parsed once, as Flower baselines do: ``[tool.flwr.app.config]`` in
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -28,19 +29,22 @@ from tpsl_flwr.data import (
     load_party_view,
     partition_columns,
 )
+from tpsl_flwr.data.bundled import BUNDLED, bundled_rows
 from tpsl_flwr.data.ctr.load import SPLITS
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.mechanisms import MECHANISMS, Mechanism, make_mechanism
 from tpsl_flwr.validation import PLACEMENTS, check_int, check_placement
 
 LABEL_DIR = "label-party"
+_MAX_BUCKETS = 2**31 - 1
+"""The most hash buckets a categorical column of criteo/avazu may have."""
 """The label party's folder under ``out_dir`` unless ``label_dir`` names one."""
 LABEL_PARTY_ONLY = frozenset({"noise_seed"})
 """Fields that never enter the run config (nodes must not learn them)."""
 FIELD_HELP: dict[str, str] = {
     "dataset": "the dataset every party reads its columns of",
     "data-path": "the Criteo/Avazu file (plain or .gz); needed by criteo and avazu",
-    "rows": "rows to load (0 or less: the dataset's default size)",
+    "rows": "rows to load (0: the dataset's default size)",
     "test-fraction": "probability of a record being a test record, in (0, 1)",
     "split": "test records drawn at random by id, or by time (criteo/avazu "
     "only: the last days or the last rows in file order)",
@@ -98,7 +102,7 @@ class ExperimentConfig:
     noise): ``< 0`` draws the noise key from the OS (secure); a seed makes the
     noise reproducible and is reported as not secure. ``label_dir`` is the label
     party's private folder (key, checkpoints; default ``out_dir/label-party``).
-    ``rows <= 0`` means the dataset's default size. ``criteo``/``avazu`` read
+    ``rows = 0`` means the dataset's default size. ``criteo``/``avazu`` read
     ``data_path``, hashing categoricals into ``hash_buckets`` per column (0: the
     loader's default); ``split`` is ``random`` or ``time``. ``audit`` attacks the
     dispatched transcript every epoch: off here and in the app's run config
@@ -136,13 +140,19 @@ class ExperimentConfig:
     resume: bool = False
 
     def __post_init__(self) -> None:
-        if self.dataset not in ALL_DATASETS:
-            raise ConfigError(
-                f"unknown dataset {self.dataset!r}; "
-                f"valid datasets: {', '.join(ALL_DATASETS)}"
-            )
-        if self.dataset in FILE_DATASETS and not self.data_path:
-            raise ConfigError(f"dataset {self.dataset!r} needs data-path (a file)")
+        """Check every setting and every combination, from public schema only.
+
+        Runs before any process, actor or node starts (``simulate``,
+        ``flower-run``, ``sweep`` and the ServerApp all build one first), so a
+        bad value is refused with one line naming it. Reads no data: the
+        columns and classes of a dataset are its public schema.
+
+        Raises
+        ------
+        ConfigError
+            Naming the first bad value (kebab-case, as in the run config).
+        """
+        self._check_data()
         check_placement(self.placement)
         for name in (
             "epochs",
@@ -154,9 +164,104 @@ class ExperimentConfig:
             "top_hidden",
         ):
             check_int(getattr(self, name), name.replace("_", "-"))
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
-        self.make_mechanism(2)  # validates mechanism, epsilon / sigma
+        for name in ("seed", "noise_seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(
+                    f"{name.replace('_', '-')} must be an integer, got {value!r}"
+                )
+        lr = self.lr
+        if isinstance(lr, bool) or not isinstance(lr, int | float):
+            raise ConfigError(f"lr must be a number, got {lr!r}")
+        if not (lr > 0 and math.isfinite(lr)):
+            raise ConfigError(f"lr must be > 0 and finite, got {lr}")
+        for name in ("out_dir", "label_dir", "transcript_dir"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(
+                    f"{name.replace('_', '-')} must be a string, "
+                    f"got {getattr(self, name)!r}"
+                )
+        if not self.out_dir:
+            raise ConfigError("out-dir must name a folder, got ''")
+        if self.resume and not self.checkpoint:
+            raise ConfigError(
+                "resume = true needs checkpoint = true (it continues from the "
+                "last epoch checkpoint), got checkpoint = false"
+            )
+        # Validates mechanism, epsilon / sigma for the dataset's classes.
+        self.make_mechanism(schema_classes(self.dataset))
+        self._check_parties()
+
+    def _check_data(self) -> None:
+        """Dataset, data-path, split, test-fraction, rows and hash-buckets."""
+        name = self.dataset
+        if name not in ALL_DATASETS:
+            raise ConfigError(
+                f"unknown dataset {name!r}; valid datasets: {', '.join(ALL_DATASETS)}"
+            )
+        if not isinstance(self.data_path, str):
+            raise ConfigError(f"data-path must be a string, got {self.data_path!r}")
+        is_file = name in FILE_DATASETS
+        if is_file:
+            if not self.data_path:
+                raise ConfigError(f"dataset {name!r} needs data-path (a file)")
+            path = Path(self.data_path).expanduser()
+            if not path.is_file():
+                why = "is not a file" if path.exists() else "does not exist"
+                raise ConfigError(
+                    f"data-path {self.data_path!r} of dataset {name!r} {why}"
+                )
+        elif self.data_path:
+            raise ConfigError(
+                f"data-path applies only to {', '.join(FILE_DATASETS)}; dataset "
+                f"{name!r} is built in, got data-path={self.data_path!r}"
+            )
+        if self.split not in SPLITS:
+            raise ConfigError(
+                f"split must be one of {', '.join(SPLITS)}, got {self.split!r}"
+            )
+        if self.split == "time" and not is_file:
+            raise ConfigError(
+                f"split='time' applies only to {', '.join(FILE_DATASETS)}; "
+                f"dataset {name!r} takes split='random'"
+            )
+        fraction = self.test_fraction
+        if (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, int | float)
+            or not 0.0 < fraction < 1.0
+        ):
+            raise ConfigError(f"test-fraction must be in (0, 1), got {fraction!r}")
+        check_int(self.rows, "rows", minimum=0)
+        if name in BUNDLED and self.rows:
+            bundled_rows(name, self.rows, 0)  # rows=N exceeds the table's rows
+        if name == "synthetic-ctr" and self.rows == 1:
+            raise ConfigError(
+                "rows of 'synthetic-ctr' must be 0 (default) or >= 2, got 1"
+            )
+        check_int(self.hash_buckets, "hash-buckets", minimum=0)
+        if self.hash_buckets and not is_file:
+            raise ConfigError(
+                f"hash-buckets applies only to {', '.join(FILE_DATASETS)}; dataset "
+                f"{name!r} takes 0, got {self.hash_buckets}"
+            )
+        if self.hash_buckets == 1 or self.hash_buckets > _MAX_BUCKETS:
+            raise ConfigError(
+                f"hash-buckets must be 0 (default) or in [2, {_MAX_BUCKETS}], "
+                f"got {self.hash_buckets}"
+            )
+        self.data_spec()  # the data layer's own checks, as a last guard
+
+    def _check_parties(self) -> None:
+        """``num-parties`` against the dataset's columns (its public schema)."""
+        numeric, categorical = dataset_columns(self.data_spec())
+        columns = len(numeric) + len(categorical)
+        if self.num_parties > columns:
+            raise ConfigError(
+                f"num_parties={self.num_parties} exceeds the number of columns "
+                f"({columns}) of {self.dataset!r}"
+            )
+        partition_columns(numeric, categorical, self.num_parties)
 
     def data_spec(self) -> DataSpec:
         """The public settings that fix the records and the id space."""
@@ -253,6 +358,17 @@ class ExperimentConfig:
             for k, v in dataclasses.asdict(self).items()
             if k not in LABEL_PARTY_ONLY
         }
+
+
+def schema_classes(dataset: str) -> int:
+    """The number of classes of ``dataset``, from its public schema (no data).
+
+    Examples
+    --------
+    >>> schema_classes("digits"), schema_classes("synthetic-ctr")
+    (10, 2)
+    """
+    return BUNDLED[dataset][3] if dataset in BUNDLED else 2
 
 
 def _coerce(key: str, raw: Any, kind: object) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from flwr.serverapp import Grid
 
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
-from tpsl_flwr.experiments.run_report import write_report
+from tpsl_flwr.experiments.run_folder import write_atomic
+from tpsl_flwr.experiments.run_report import REPORT_MD, REPORT_PNG, markdown, plot
 from tpsl_flwr.label_store import LabelStore, NoiseBinding
 from tpsl_flwr.models import TopModel, num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
@@ -170,6 +172,21 @@ def run_label_party(
             EVALUATION_LABELS, strategy.party.labels
         )
         results["evaluation_labels"] = str(path)
-    (out / RESULTS_FILE).write_text(json.dumps(results, indent=2, default=_jsonable))
-    write_report(results, out)
+    write_results(results, out)
     return results
+
+
+def write_results(results: dict[str, Any], out: Path) -> None:
+    """Write the report, then ``results.json``, each atomically (temp + rename).
+
+    ``results.json`` comes last: its presence says the run finished (sweeps
+    skip such runs), and a crash never leaves a half-written one.
+    """
+    write_atomic(out / REPORT_MD, markdown(results))
+    png = out / f".{REPORT_PNG}.tmp.png"
+    try:
+        plot(results, png)
+        os.replace(png, out / REPORT_PNG)
+    finally:
+        png.unlink(missing_ok=True)
+    write_atomic(out / RESULTS_FILE, json.dumps(results, indent=2, default=_jsonable))

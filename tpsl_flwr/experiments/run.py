@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.run_folder import failed_on_error, prepare_run_folder
 
 if TYPE_CHECKING:
     from tpsl_flwr.engines.inprocess import InProcessGrid
@@ -69,10 +70,14 @@ def run_experiment(
     *,
     echo: TextIO | None = None,
     timeout: float = 3600.0,
+    overwrite: bool | None = None,
 ) -> dict[str, Any]:
     """Run the experiment ``cfg`` on ``engine``; return its results JSON.
 
-    Either engine writes ``results.json`` and ``report.md`` to ``cfg.out_dir``.
+    Either engine writes ``results.json`` and ``report.md`` to ``cfg.out_dir``
+    (atomically), or ``FAILED`` with the one-line error if the run fails; the
+    folder is prepared first by
+    :func:`~tpsl_flwr.experiments.run_folder.prepare_run_folder`.
 
     Parameters
     ----------
@@ -90,6 +95,11 @@ def run_experiment(
     timeout
         Seconds to wait: for each reply of a node (``local``), for the whole
         run (``ray``).
+    overwrite
+        ``True``: replace an earlier run in ``cfg.out_dir``; ``False``: refuse
+        a folder holding one (``tpsl-flwr simulate`` without ``--overwrite``).
+        ``None`` (default, for callers that own their folder, like a sweep's
+        ``runs/<name>/``): replace it unless ``cfg.resume`` continues it.
 
     Returns
     -------
@@ -99,7 +109,8 @@ def run_experiment(
     Raises
     ------
     ConfigError
-        If ``engine`` is unknown, or a setting is refused by the label party.
+        If ``engine`` is unknown, a setting is refused by the label party, or
+        ``cfg.out_dir`` holds an earlier run and ``overwrite`` is ``False``.
     RuntimeError
         ``ray``: if the Flower run did not complete (``FlowerLaunchError``).
 
@@ -115,13 +126,24 @@ def run_experiment(
     ('local', 1.0, True)
     """
     check_engine(engine)
+    prepare_run_folder(
+        cfg.out_dir,
+        resume=cfg.resume,
+        overwrite=not cfg.resume if overwrite is None else overwrite,
+        label_dir=cfg.label_party_dir,
+        extra=[cfg.transcript_dir] if cfg.transcript_dir else [],
+    )
     if engine == "ray":
         from tpsl_flwr.engines.flower_run import run_on_ray
         from tpsl_flwr.experiments.experiment import provide_seeded_key
 
         provide_seeded_key(cfg)  # the label party's file; the seed stays here
         return run_on_ray(cfg.to_run_config(), echo=echo, timeout=timeout)
-    with _one_torch_thread(), _flower_log_level(None if echo else logging.WARNING):
+    with (
+        failed_on_error(cfg.out_dir),
+        _one_torch_thread(),
+        _flower_log_level(None if echo else logging.WARNING),
+    ):
         results, _ = run_inprocess_experiment(cfg, timeout=timeout)
     return results
 

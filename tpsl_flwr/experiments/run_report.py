@@ -1,8 +1,10 @@
 """Per-run report: a Markdown summary and a PNG plot of utility and attacks.
 
 Written by the label party next to ``results.json``: test AUC (or accuracy)
-and each attack's AUC per epoch, with the epsilon-DP ceiling on any attack
-drawn as a line (Yang et al., Tables 1-3 and Figure 5, for one run).
+and each attack's AUC per epoch with its standard error, the epsilon-DP
+ceiling on any attack (drawn as a line in the plot) and, per epoch, the
+verdict of :func:`~tpsl_flwr.attacks.ceiling.ceiling_verdict` for every AUC
+above it (Yang et al., Tables 1-3 and Figure 5, for one run).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Any
+
+from tpsl_flwr.attacks.ceiling import BELOW, SIGMAS_OF_TOLERANCE
 
 REPORT_MD = "report.md"
 REPORT_PNG = "report.png"
@@ -23,6 +27,39 @@ def format_cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4f}"
     return str(value)
+
+
+def with_error(value: Any, se: Any) -> str:
+    """A table cell with its standard error: ``0.7332 ± 0.0231``.
+
+    Examples
+    --------
+    >>> with_error(0.7332, 0.02312), with_error(0.7, None), with_error(None, 0.1)
+    ('0.7332 ± 0.0231', '0.7000', '-')
+    """
+    if value is None or not isinstance(se, int | float) or not math.isfinite(se):
+        return format_cell(value)
+    return f"{format_cell(value)} ± {se:.4f}"
+
+
+def verdict_cell(attacks: dict[str, Any]) -> str:
+    """The ceiling verdicts of an epoch: ``below`` or each AUC above it.
+
+    Examples
+    --------
+    >>> verdict_cell({"ceiling_verdict": {"norm": "below the ceiling",
+    ...                                   "sda": "within sampling error"}})
+    'sda: within sampling error'
+    >>> verdict_cell({"ceiling_verdict": {"sda": "below the ceiling"}})
+    'all below'
+    >>> verdict_cell({})
+    '-'
+    """
+    verdicts = {k: v for k, v in (attacks.get("ceiling_verdict") or {}).items() if v}
+    if not verdicts:
+        return "-"
+    above = [f"{k}: {v}" for k, v in verdicts.items() if v != BELOW]
+    return "; ".join(above) if above else "all below"
 
 
 def _utility_key(history: list[dict[str, Any]]) -> str:
@@ -57,21 +94,30 @@ def markdown(results: dict[str, Any]) -> str:
             for h in history
         )
     ]
-    header = ["epoch", utility, *attacks, "ceiling"] if attacks else ["epoch", utility]
+    header = ["epoch", utility]
+    if attacks:
+        header += [*attacks, "ceiling", "verdict"]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for h in history:
         row = [str(h["epoch"]), format_cell(h.get(utility))]
         if attacks:
             found = h.get("attack_auc") or {}
-            row += [format_cell(found.get(a)) for a in attacks]
+            errors = found.get("standard_error") or {}
+            row += [with_error(found.get(a), errors.get(a)) for a in attacks]
             row.append(format_cell(found.get("auc_bound")))
+            row.append(verdict_cell(found))
         lines.append("| " + " | ".join(row) + " |")
     if attacks:
         lines += [
             "",
             "Attack AUCs are pooled over each epoch's training samples, on what "
-            "party 0 received (white-box SDA uses the top model of each step). "
-            "The ceiling e^eps/(1+e^eps) bounds any attack on an eps-DP label.",
+            "party 0 received (white-box SDA uses the top model of each step), "
+            "± their Hanley-McNeil standard error over those samples (binomial "
+            "for SDA top-1). The ceiling e^eps/(1+e^eps) bounds any attack on an "
+            "eps-DP label; an AUC above it is 'within sampling error' unless it "
+            f"exceeds it by more than {SIGMAS_OF_TOLERANCE:g} standard errors "
+            "('above the ceiling': a violation of the guarantee). The verdict "
+            "reads max(AUC, 1 - AUC).",
         ]
     return "\n".join(lines) + "\n"
 
@@ -96,12 +142,21 @@ def plot(results: dict[str, Any], path: Path) -> None:
     )
     for name in ATTACKS:
         values = [(h.get("attack_auc") or {}).get(name) for h in history]
+        errors = [
+            ((h.get("attack_auc") or {}).get("standard_error") or {}).get(name)
+            for h in history
+        ]
         if any(v is not None for v in values):
-            ax.plot(
+            ax.errorbar(
                 epochs,
                 [math.nan if v is None else v for v in values],
-                "--.",
-                label=f"{name} attack",
+                yerr=[
+                    e if isinstance(e, float) and math.isfinite(e) else 0.0
+                    for e in errors
+                ],
+                fmt="--.",
+                capsize=2,
+                label=f"{name} attack (± SE)",
             )
     bound = next(
         (

@@ -32,6 +32,7 @@ from tpsl_flwr.experiments.sweep_config import (
     run_name,
     run_noise_seed,
 )
+from tpsl_flwr.experiments.sweep_stats import UNCERTAINTY_COLUMNS, attack_uncertainty
 
 __all__ = [
     "CSV_COLUMNS",
@@ -61,6 +62,7 @@ CSV_COLUMNS = (
     "test_auc",
     "test_accuracy",
     *ATTACK_COLUMNS,
+    *UNCERTAINTY_COLUMNS,
     "epsilon_spent",
     "samples_per_second",
 )
@@ -119,6 +121,7 @@ def run_row(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
     }
     for key in ATTACK_COLUMNS:
         row[key] = attacks.get(key)
+    row.update(attack_uncertainty(attacks))
     return row
 
 

@@ -16,18 +16,23 @@ run at several sizes; cells are described in
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from tpsl_flwr.attacks.ceiling import SIGMAS_OF_TOLERANCE
+from tpsl_flwr.experiments.experiment import RESULTS_FILE
 from tpsl_flwr.experiments.sweep_scale import plot_utility_vs_rows, scale_markdown
 from tpsl_flwr.experiments.sweep_stats import (
     COLORS,
     PROTECTED,
     UTILITY_LABEL,
     Row,
+    attack_uncertainty,
+    ceiling_summary,
     cell,
     levels,
     markdown_table,
@@ -52,9 +57,10 @@ def tables_markdown(rows: Sequence[Row]) -> str:
     lines = [
         "# TPSL sweep",
         "",
-        f"{len(rows)} runs; cells are mean ± std over seeds {seeds}. Attack AUCs "
-        "are final-epoch, pooled over the training samples, on what party 0 "
-        "received: NA = norm, SA = spectral, SDA = white-box shortest distance.",
+        f"{len(rows)} runs; cells are mean ± std over seeds {seeds} (a lone run: "
+        "its value and its standard error, SE). Attack AUCs are final-epoch, "
+        "pooled over the training samples, on what party 0 received: NA = "
+        "norm, SA = spectral, SDA = white-box shortest distance.",
         "",
         "## Table 1: no protection",
         "",
@@ -79,7 +85,7 @@ def tables_markdown(rows: Sequence[Row]) -> str:
                 body.append(
                     [name, f"{level:g}", cell(level_rows, utility)]
                     + [cell(level_rows, k) for k in ("norm", "cosine", "spectral", sda)]
-                    + [cell(level_rows, "auc_bound")]
+                    + [cell(level_rows, "auc_bound"), ceiling_summary(level_rows)]
                 )
         if not body:
             continue
@@ -92,21 +98,55 @@ def tables_markdown(rows: Sequence[Row]) -> str:
             "spectral",
             "SDA",
             "ceiling",
+            "SDA vs ceiling",
         ]
         lines += ["", f"## {title}", "", *markdown_table(header, body)]
     lines += scale_markdown(rows)
     lines += [
         "",
         "utility = test AUC (binary) or test accuracy (multi-class, with SDA "
-        "top-1); ceiling = e^eps / (1 + e^eps), the bound on any attack's AUC.",
+        "top-1); ceiling = e^eps / (1 + e^eps), the bound on any attack's AUC; "
+        "SDA vs ceiling counts the runs whose SDA AUC is above the ceiling "
+        f"within sampling error, or by more than {SIGMAS_OF_TOLERANCE:g} "
+        "Hanley-McNeil standard errors (ABOVE THE CEILING: the guarantee is "
+        "violated).",
     ]
     return "\n".join(lines) + "\n"
 
 
 def write_tables(rows: Sequence[Row], path: Path) -> Path:
-    """Write :func:`tables_markdown` to ``path``; return it."""
+    """Write :func:`tables_markdown` to ``path``; return it.
+
+    Rows without their standard errors and SDA verdict
+    (:data:`~tpsl_flwr.experiments.sweep_stats.UNCERTAINTY_COLUMNS`) get them
+    from their run's ``runs/<run>/results.json`` next to ``path``, where the
+    sweep wrote it.
+    """
+    rows = with_uncertainty(rows, path.parent / "runs")
     path.write_text(tables_markdown(rows), encoding="utf-8")
     return path
+
+
+def with_uncertainty(rows: Sequence[Row], runs_dir: Path) -> list[Row]:
+    """``rows`` with each run's final-epoch standard errors and SDA verdict.
+
+    A row that already has them, or whose results file is missing or
+    unreadable, is kept as it is.
+    """
+    out = []
+    for row in rows:
+        results = runs_dir / str(row.get("run", "")) / RESULTS_FILE
+        if "sda_verdict" in row or not row.get("run") or not results.is_file():
+            out.append(dict(row))
+            continue
+        try:
+            history = json.loads(results.read_text()).get("history") or [{}]
+        except (OSError, ValueError):
+            out.append(dict(row))
+            continue
+        attacks = history[-1].get("attack_auc") or {}
+        out.append({**row, **attack_uncertainty(attacks)})
+    return out
 
 
 def _series(rows: Sequence[Row], param: str, x_key: str, y_key: str) -> np.ndarray:

@@ -1,7 +1,12 @@
 """Shared pieces of a sweep's report: cells, groups and panels.
 
-Every cell is ``mean ± std`` over seeds (std with ``ddof = 0``; a lone seed
-shows its value only). Multi-class datasets use test accuracy and SDA top-1.
+Every cell is ``mean ± std`` over seeds (std with ``ddof = 0``). A lone run
+shows its value and, for an attack, its own standard error over the samples
+it was computed on (``0.733 (SE 0.023)``, from the row's ``<name>_se``).
+Protected configurations also show how their runs' SDA compares with the
+epsilon-DP ceiling (:func:`ceiling_summary`, the verdicts of
+:func:`~tpsl_flwr.attacks.ceiling.ceiling_verdict`). Multi-class datasets use
+test accuracy and SDA top-1.
 Rows group per dataset, or per dataset and size (``"synthetic-ctr, 200,000
 rows"``) when a dataset was run at several sizes.
 """
@@ -10,16 +15,22 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from tpsl_flwr.attacks.ceiling import ABOVE, BELOW, WITHIN
 
 Row = dict[str, Any]
 
 UTILITY_LABEL = {"test_auc": "test AUC", "test_accuracy": "test accuracy"}
 COLORS = {"laplace": "C0", "discrete": "C1", "gaussian": "C2"}
 PANELS_PER_ROW = 3
+UNCERTAIN_ATTACKS = ("norm", "cosine", "spectral", "sda", "sda_top1")
+"""Attacks whose standard error a row carries as ``<name>_se``."""
+UNCERTAINTY_COLUMNS = (*(f"{a}_se" for a in UNCERTAIN_ATTACKS), "sda_verdict")
+"""The per-run uncertainty columns of a sweep row (:func:`attack_uncertainty`)."""
 PROTECTED = (
     ("laplace", "epsilon", "Table 2: Laplace GradPerturb"),
     ("discrete", "epsilon", "Table 3: Discrete GradPerturb (randomized response)"),
@@ -55,13 +66,37 @@ def mean_std(rows: Sequence[Row], key: str) -> tuple[float, float]:
     return float(values.mean()), float(values.std())
 
 
+def attack_uncertainty(attacks: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's per-attack standard errors and SDA ceiling verdict, as row cells.
+
+    ``attacks`` is an epoch's ``attack_auc`` (its ``standard_error`` and
+    ``ceiling_verdict``); the keys are :data:`UNCERTAINTY_COLUMNS`.
+
+    Examples
+    --------
+    >>> attack_uncertainty({"standard_error": {"sda": 0.023},
+    ...                     "ceiling_verdict": {"sda": "within sampling error"}})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'norm_se': None, 'cosine_se': None, 'spectral_se': None, 'sda_se': 0.023,
+     'sda_top1_se': None, 'sda_verdict': 'within sampling error'}
+    """
+    errors = attacks.get("standard_error") or {}
+    out: dict[str, Any] = {f"{a}_se": errors.get(a) for a in UNCERTAIN_ATTACKS}
+    out["sda_verdict"] = (attacks.get("ceiling_verdict") or {}).get("sda")
+    return out
+
+
 def cell(rows: Sequence[Row], key: str) -> str:
-    """``mean ± std`` of ``key`` (``-`` when no row has it).
+    """``mean ± std`` of ``key`` over seeds (``-`` when no row has it).
+
+    A lone run shows its own standard error where the row has ``<key>_se``.
 
     Examples
     --------
     >>> cell([{"sda": 0.7}, {"sda": 0.8}], "sda")
     '0.750 ± 0.050'
+    >>> cell([{"sda": 0.7332, "sda_se": 0.0231}], "sda")
+    '0.733 (SE 0.023)'
     >>> cell([{"sda": None}], "sda")
     '-'
     """
@@ -69,8 +104,40 @@ def cell(rows: Sequence[Row], key: str) -> str:
     if values.size == 0:
         return "-"
     if values.size == 1:
+        errors = values_of(rows, f"{key}_se")
+        if errors.size == 1:
+            return f"{values[0]:.3f} (SE {errors[0]:.3f})"
         return f"{values[0]:.3f}"
     return f"{values.mean():.3f} ± {values.std():.3f}"
+
+
+def ceiling_summary(rows: Sequence[Row], key: str = "sda_verdict") -> str:
+    """How the runs' SDA AUCs compare with the ceiling, the worst verdict first.
+
+    ``-`` when no run has a verdict; else ``below`` when every run is below,
+    or the count of runs within sampling error and above the ceiling.
+
+    Examples
+    --------
+    >>> ceiling_summary([{"sda_verdict": "below the ceiling"}] * 3)
+    'below (3/3)'
+    >>> ceiling_summary([{"sda_verdict": "within sampling error"},
+    ...                  {"sda_verdict": "below the ceiling"}])
+    'within sampling error (1/2)'
+    >>> ceiling_summary([{"sda_verdict": "above the ceiling"}, {"sda_verdict": None}])
+    'ABOVE THE CEILING (1/1)'
+    """
+    verdicts = [r.get(key) for r in rows if r.get(key) not in (None, "")]
+    if not verdicts:
+        return "-"
+    parts = []
+    if verdicts.count(ABOVE):
+        parts.append(f"{ABOVE.upper()} ({verdicts.count(ABOVE)}/{len(verdicts)})")
+    if verdicts.count(WITHIN):
+        parts.append(f"{WITHIN} ({verdicts.count(WITHIN)}/{len(verdicts)})")
+    if not parts:
+        return f"below ({verdicts.count(BELOW)}/{len(verdicts)})"
+    return "; ".join(parts)
 
 
 def by_dataset(rows: Iterable[Row]) -> dict[str, list[Row]]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from tpsl_flwr.errors import TPSLError
 from tpsl_flwr.experiments.run import ENGINES
+from tpsl_flwr.experiments.run_folder import one_line_error
 from tpsl_flwr.privacy.mechanisms import MECHANISMS
 from tpsl_flwr.simulations import cli_commands as commands
 from tpsl_flwr.simulations.cli_commands import EXIT_USAGE, EXIT_VIOLATION
@@ -37,6 +38,10 @@ __all__ = ["EXIT_USAGE", "EXIT_VIOLATION", "build_parser", "main"]
 SIMULATE_DEFAULTS = {"audit": True}
 """``simulate``'s defaults that differ from the dataclass's (and the run config's)."""
 ENGINE_HELP = "local: in-process Grid; ray: Flower's Ray simulation (flwr run)"
+OVERWRITE_HELP = (
+    "replace the earlier run in out-dir (its results, logs, checkpoints and the "
+    "label party's folder there); without it a non-empty out-dir is refused"
+)
 
 
 def _prior(text: str) -> list[float]:
@@ -131,6 +136,7 @@ def _add_simulate(subparsers: Any) -> None:
         default=None,
         help="also write the results JSON here ('-' = stdout, quiet)",
     )
+    sim.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     add_config_flags(
         sim,
         defaults=SIMULATE_DEFAULTS,
@@ -175,10 +181,13 @@ def _add_flower_run(subparsers: Any) -> None:
     flower.add_argument(
         "--run-config",
         nargs="*",
+        action="extend",
         default=[],
         metavar="KEY=VALUE",
-        help="overrides of [tool.flwr.app.config]",
+        help="overrides of [tool.flwr.app.config]: KEY=VALUE pairs (TOML values) "
+        "or a .toml file; repeated flags merge in order, the last value wins",
     )
+    flower.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     flower.add_argument(
         "--noise-seed",
         type=integer("noise-seed", 0),
@@ -238,15 +247,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
-    except TPSLError as err:
-        print(f"tpsl-flwr {args.command}: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as err:
-        print(f"tpsl-flwr {args.command}: error: {err}", file=sys.stderr)
+    except (TPSLError, OSError) as err:
+        _error(args.command, err)
         return EXIT_USAGE
     except RuntimeError as err:  # FlowerLaunchError: the run did not complete
-        print(f"tpsl-flwr {args.command}: {err}", file=sys.stderr)
+        _error(args.command, err)
         return EXIT_VIOLATION
+
+
+def _error(command: str, err: BaseException) -> None:
+    """One line on stderr: the cause, never a traceback (the log keeps those)."""
+    print(f"tpsl-flwr {command}: error: {one_line_error(str(err))}", file=sys.stderr)
 
 
 if __name__ == "__main__":

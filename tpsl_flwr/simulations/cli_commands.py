@@ -10,7 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from tpsl_flwr.errors import TPSLError
 from tpsl_flwr.experiments.run_report import format_cell
@@ -26,15 +32,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     quiet = args.json == "-"
-    results = run_experiment(cfg, args.engine, echo=None if quiet else sys.stdout)
+    results = run_experiment(
+        cfg,
+        args.engine,
+        echo=None if quiet else sys.stdout,
+        overwrite=args.overwrite,
+    )
     write_json(results, args.json)
+    print(summary_line("simulate", results), file=sys.stderr if quiet else sys.stdout)
     return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``sweep``: every unfinished run of a grid, then its tables and plots."""
-    from pathlib import Path
-
     from tpsl_flwr.experiments.sweep import describe, load_sweep, run_sweep
 
     grid = load_sweep(args.config)
@@ -51,29 +61,64 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_flower_run(args: argparse.Namespace) -> int:
     """``flower-run``: ``flwr run`` of an app on Ray, then a one-line summary."""
     import dataclasses
-    from pathlib import Path
 
     from tpsl_flwr.engines.flower_run import app_config, run_on_ray, source_app_dir
     from tpsl_flwr.experiments.config import ExperimentConfig
     from tpsl_flwr.experiments.experiment import provide_seeded_key
+    from tpsl_flwr.experiments.run_folder import prepare_run_folder
 
     app_dir = source_app_dir() if args.app_dir is None else Path(args.app_dir)
     # A simulation audits its transcript unless told otherwise.
     overrides = {"audit": True, **parse_overrides(args.run_config)}
     # Validate the whole config here: a bad value fails now, not inside Flower.
     cfg = ExperimentConfig.from_run_config({**app_config(app_dir), **overrides})
+    prepare_run_folder(
+        cfg.out_dir,
+        resume=cfg.resume,
+        overwrite=args.overwrite,
+        label_dir=cfg.label_party_dir,
+        extra=[cfg.transcript_dir] if cfg.transcript_dir else [],
+        hint="pass --overwrite to replace it or --run-config resume=true to "
+        "continue it",
+    )
     if args.noise_seed is not None:
         provide_seeded_key(dataclasses.replace(cfg, noise_seed=args.noise_seed))
-    results = run_on_ray(overrides, app_dir=app_dir, timeout=args.timeout)
-    metric = "test_auc" if "test_auc" in results else "test_accuracy"
-    print(
-        f"tpsl-flwr flower-run: {metric} {results.get(metric, float('nan')):.4f}, "
-        f"epsilon spent {results['epsilon_spent']}, "
-        f"{results['samples_per_second']:.0f} samples/s, "
-        f"{results['flower_wall_seconds']:.1f} s; results in "
-        f"{Path(results['config']['out-dir']) / 'results.json'}"
+    results = run_on_ray(
+        overrides, app_dir=app_dir, timeout=args.timeout, echo=sys.stdout
     )
+    print(summary_line("flower-run", results))
     return 0
+
+
+def summary_line(command: str, results: dict[str, Any]) -> str:
+    """The last line of a run: utility, privacy, speed, each duration named, path.
+
+    Examples
+    --------
+    >>> print(summary_line("flower-run", {
+    ...     "test_auc": 0.61234, "epsilon_spent": 1.0, "samples_per_second": 2410.2,
+    ...     "seconds": 41.71, "flower_wall_seconds": 55.62,
+    ...     "config": {"out-dir": "/tmp/run"}}))  # doctest: +NORMALIZE_WHITESPACE
+    tpsl-flwr flower-run: test_auc 0.6123, epsilon spent 1.0, 2410 samples/s,
+    training 41.7 s (label party), wall 55.6 s (flwr run, incl. Ray start-up);
+    results in /tmp/run/results.json
+    """
+    from tpsl_flwr.experiments.experiment import RESULTS_FILE
+
+    metric = "test_auc" if "test_auc" in results else "test_accuracy"
+    parts = [
+        f"{metric} {results.get(metric, float('nan')):.4f}",
+        f"epsilon spent {results['epsilon_spent']}",
+        f"{results['samples_per_second']:.0f} samples/s",
+        f"training {results['seconds']:.1f} s (label party)",
+    ]
+    if "flower_wall_seconds" in results:
+        parts.append(
+            f"wall {results['flower_wall_seconds']:.1f} s "
+            "(flwr run, incl. Ray start-up)"
+        )
+    path = Path(results["config"]["out-dir"]).resolve() / RESULTS_FILE
+    return f"tpsl-flwr {command}: {', '.join(parts)}; results in {path}"
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
@@ -183,26 +228,58 @@ def write_json(results: dict[str, Any], path: str | None) -> None:
             handle.write(text)
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs as a dict (values parsed as JSON where they parse).
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``--run-config`` values, merged in order as ``flwr run`` merges them.
+
+    Each item is a ``.toml`` file or one or more ``KEY=VALUE`` pairs (values in
+    TOML: ``3``, ``false``, ``'"text"'``; a bare word is a string). A later
+    item's value replaces an earlier one's, key by key.
 
     Examples
     --------
     >>> parse_overrides(["epochs=3", "dataset=digits", "audit=false"])
     {'epochs': 3, 'dataset': 'digits', 'audit': False}
+    >>> parse_overrides(['epochs=3 mechanism="discrete"', "epochs=5"])
+    {'epochs': 5, 'mechanism': 'discrete'}
     >>> parse_overrides(["epochs"])
     Traceback (most recent call last):
     ...
     tpsl_flwr.errors.TPSLError: --run-config expects KEY=VALUE, got 'epochs'
     """
+    import re
+
+    from tpsl_flwr.engines.flower_env import read_toml
+
+    pair = re.compile(r"""(\S+?)=('[^']*'|"[^"]*"|\S+)""")
     out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise TPSLError(f"--run-config expects KEY=VALUE, got {pair!r}")
-        try:
-            value: Any = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        out[key] = value
+    for item in items:
+        if item.endswith(".toml"):
+            try:
+                out.update(_flat(read_toml(Path(item).expanduser())))
+            except (OSError, ValueError) as err:
+                raise TPSLError(f"--run-config {item}: {err}") from None
+            continue
+        pairs = pair.findall(item)
+        if not pairs or pair.sub("", item).strip():
+            raise TPSLError(f"--run-config expects KEY=VALUE, got {item!r}")
+        out.update({key: _toml_value(raw) for key, raw in pairs})
+    return out
+
+
+def _toml_value(raw: str) -> Any:
+    """A TOML value (``3``, ``true``, ``"x"``), else the text itself."""
+    try:
+        return tomllib.loads(f"value = {raw}")["value"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def _flat(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested TOML tables as ``a.b`` keys (as Flower flattens them)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
     return out

@@ -3,30 +3,53 @@
 from __future__ import annotations
 
 from logging import INFO
+from pathlib import Path
 
 from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
+from flwr.superlink.grid import HttpGrid, InMemoryGrid
 
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.experiment import RESULTS_FILE, run_label_party
+from tpsl_flwr.experiments.run_folder import failed_on_error, retire_results
 
 app = ServerApp()
+
+ENGINE_OF_GRID: tuple[tuple[type, str], ...] = (
+    (InMemoryGrid, "ray"),  # flwr run on the simulation engine (Ray)
+    (HttpGrid, "deployment"),  # flwr run on a SuperLink with SuperNodes
+)
+"""The engine name (results, report, logs) of each Flower runtime's Grid."""
+
+
+def engine_of(grid: Grid) -> str:
+    """``"ray"``, ``"deployment"`` or ``"local"`` (the in-process Grid)."""
+    return next(
+        (name for kind, name in ENGINE_OF_GRID if isinstance(grid, kind)), "local"
+    )
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Run TPSL with the run config; write ``out-dir/results.json``."""
+    """Run TPSL with the run config; write ``out-dir/results.json``.
+
+    An earlier run's results in ``out-dir`` are renamed ``*.previous.*`` first;
+    a failure leaves ``out-dir/FAILED`` with its one-line error.
+    """
     cfg = ExperimentConfig.from_run_config(context.run_config)
-    results = run_label_party(grid, cfg, engine="flower")
-    summary = {
-        k: results.get(k) for k in ("test_auc", "test_accuracy", "epsilon_spent")
-    }
+    out = Path(cfg.out_dir)
+    retire_results(out, keep_previous=True)
+    with failed_on_error(out):
+        results = run_label_party(grid, cfg, engine=engine_of(grid))
+    metric = "test_auc" if "test_auc" in results else "test_accuracy"
     log(
         INFO,
-        "TPSL finished in %.1f s: %s; results in %s/%s",
+        "TPSL finished: training %.1f s (label party), %s %.4f, epsilon spent %s; "
+        "results in %s",
         results["seconds"],
-        summary,
-        cfg.out_dir,
-        RESULTS_FILE,
+        metric,
+        results.get(metric, float("nan")),
+        results["epsilon_spent"],
+        out / RESULTS_FILE,
     )

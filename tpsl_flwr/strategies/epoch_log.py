@@ -16,6 +16,7 @@ from flwr.app import MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp.strategy import Result
 
+from tpsl_flwr.attacks.ceiling import BELOW
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.accounting import PrivacySpent
 
@@ -64,18 +65,47 @@ _TRAINING = frozenset({"epoch", "seconds", "samples", "samples_per_second", "ste
 
 
 def progress_line(entry: dict[str, Any]) -> str:
-    """One log line for an epoch: throughput, test metrics, attack AUCs."""
+    """One log line for an epoch: throughput, test metrics, attack AUCs.
+
+    Each attack shows its standard error over the epoch's samples, and an AUC
+    above the epsilon-DP ceiling says whether that is within sampling error
+    or above the ceiling (:func:`~tpsl_flwr.attacks.ceiling.ceiling_verdict`).
+
+    Examples
+    --------
+    >>> progress_line({"samples_per_second": 900.0, "attack_auc": {
+    ...     "norm": 0.61, "sda": 0.7332, "auc_bound": 0.7311,
+    ...     "standard_error": {"norm": 0.026, "sda": 0.0231},
+    ...     "ceiling_verdict": {"norm": "below the ceiling",
+    ...                         "sda": "within sampling error"}}})
+    '900 samples/s, attack norm 0.610 ± 0.026, sda 0.733 ± 0.023 (ceiling 0.731, within sampling error)'
+    """  # noqa: E501
     parts = [f"{entry['samples_per_second']:.0f} samples/s"]
     for key in ("test_auc", "test_accuracy", "test_logloss"):
         if key in entry and not math.isnan(entry[key]):
             parts.append(f"{key} {entry[key]:.4f}")
     attacks = entry.get("attack_auc")
     if attacks:
-        names = ("norm", "spectral", "sda", "sda_top1")
-        found = [f"{n} {attacks[n]:.3f}" for n in names if attacks.get(n) is not None]
+        errors = attacks.get("standard_error") or {}
+        verdicts = attacks.get("ceiling_verdict") or {}
         bound = attacks.get("auc_bound")
-        ceiling = f" (ceiling {bound:.3f})" if bound is not None else ""
-        parts.append("attack " + " ".join(found) + ceiling)
+        found, flagged = [], False
+        for name in ("norm", "spectral", "sda", "sda_top1"):
+            value = attacks.get(name)
+            if value is None:
+                continue
+            text = f"{name} {value:.3f}"
+            se = errors.get(name)
+            if se is not None and math.isfinite(se):
+                text += f" ± {se:.3f}"
+            verdict = verdicts.get(name)
+            if verdict is not None and verdict != BELOW:
+                text += f" (ceiling {bound:.3f}, {verdict})"
+                flagged = True
+            found.append(text)
+        if not flagged and bound is not None and found:
+            found[-1] += f" (ceiling {bound:.3f})"
+        parts.append("attack " + ", ".join(found))
     return ", ".join(parts)
 
 

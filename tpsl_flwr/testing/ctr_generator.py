@@ -294,24 +294,29 @@ def _write(
     probs: list[np.ndarray] = []
     positives = 0
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _open_out(path) as out:
-        if header is not None:
-            out.write(header.encode("ascii") + b"\n")
-        for start in range(0, rows, chunk_rows):
-            n = min(chunk_rows, rows - start)
-            fields, logit = chunk(data_rng, start, n)
-            p = expit(scale * logit + shift)
-            y = (data_rng.random(n) < p).astype(np.int64)
-            positives += int(y.sum())
-            if label_at == 1:
-                fields[1] = format_ints(y)
-            else:
-                fields.insert(0, format_ints(y))
-            if first_id is not None:
-                fields.insert(0, format_ints(np.arange(start, start + n) + first_id))
-            out.write(join_rows(fields, sep))
-            if return_probabilities:
-                probs.append(p.astype(np.float32))
+    try:
+        with _open_out(path) as out:
+            if header is not None:
+                out.write(header.encode("ascii") + b"\n")
+            for start in range(0, rows, chunk_rows):
+                n = min(chunk_rows, rows - start)
+                fields, logit = chunk(data_rng, start, n)
+                p = expit(scale * logit + shift)
+                y = (data_rng.random(n) < p).astype(np.int64)
+                positives += int(y.sum())
+                if label_at == 1:
+                    fields[1] = format_ints(y)
+                else:
+                    fields.insert(0, format_ints(y))
+                if first_id is not None:
+                    ids = np.arange(start, start + n) + first_id
+                    fields.insert(0, format_ints(ids))
+                out.write(join_rows(fields, sep))
+                if return_probabilities:
+                    probs.append(p.astype(np.float32))
+    except BaseException:
+        path.unlink(missing_ok=True)  # no half-written file left behind
+        raise
     return GeneratedFile(
         path=path,
         format=fmt,

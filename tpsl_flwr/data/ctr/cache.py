@@ -29,7 +29,14 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-__all__ = ["CacheEntry", "NpyAppender", "cache_key", "open_entry"]
+__all__ = [
+    "CacheEntry",
+    "NpyAppender",
+    "cache_key",
+    "missing_folders",
+    "open_entry",
+    "remove_if_empty",
+]
 
 CACHE_VERSION = 2
 """Bump when the encoding changes: older entries are then ignored."""
@@ -179,3 +186,25 @@ def open_entry(
     if rows != {meta.get("rows")}:
         return {}, {}
     return arrays, meta
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its parents that do not exist yet, deepest first.
+
+    What a load creates; :func:`remove_if_empty` takes them away again if the
+    load fails, so no empty ``.tpsl-cache/`` is left beside the user's file.
+    """
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def remove_if_empty(folders: list[Path]) -> None:
+    """Remove the folders this load created, deepest first, while empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return

@@ -28,7 +28,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tpsl_flwr.data.ctr.cache import CACHE_VERSION, CacheEntry, cache_key, open_entry
+from tpsl_flwr.data.ctr.cache import (
+    CACHE_VERSION,
+    CacheEntry,
+    cache_key,
+    missing_folders,
+    open_entry,
+    remove_if_empty,
+)
 from tpsl_flwr.data.ctr.formats import CTRFormat
 from tpsl_flwr.data.ctr.hashing import (
     count_transform,
@@ -209,26 +216,32 @@ def encode_file(
         if arrays:
             meta.update(cache_hit=True, cache_path=str(folder))
             return _result(arrays, fmt, opts, meta)
+    made = missing_folders(folder.parent) if folder is not None else []
     try:
         entry = CacheEntry(folder) if folder is not None else None
     except OSError as exc:
         LOG.warning("cannot write the cache at %s (%s); not caching", folder, exc)
+        remove_if_empty(made)
         entry = None
     scratch = None
-    if entry is None:
-        scratch = Path(tempfile.mkdtemp(prefix="tpsl-ctr-"))
-        entry = CacheEntry(scratch / "entry")
     try:
+        if entry is None:
+            scratch = Path(tempfile.mkdtemp(prefix="tpsl-ctr-"))
+            entry = CacheEntry(scratch / "entry")
         meta = _encode_into(entry, path, fmt, opts)
         meta.update(version=CACHE_VERSION, source=str(path), format=fmt.name)
         committed = entry.commit(meta)
+        arrays, meta = open_entry(committed, names)
+        if scratch is not None:
+            arrays = {k: np.array(v) for k, v in arrays.items()}
     except BaseException:
-        entry.discard()
+        if entry is not None:
+            entry.discard()
+        remove_if_empty(made)  # no empty .tpsl-cache/ beside the user's file
         raise
-    arrays, meta = open_entry(committed, names)
-    if scratch is not None:
-        arrays = {k: np.array(v) for k, v in arrays.items()}
-        shutil.rmtree(scratch, ignore_errors=True)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     meta.update(cache_hit=False, cache_path="" if scratch else str(committed))
     return _result(arrays, fmt, opts, meta)
 

@@ -1,0 +1,276 @@
+"""One folder per run: what a run may find in its ``out-dir`` and what it leaves.
+
+Every entry point (``tpsl-flwr simulate`` on either engine, ``tpsl-flwr
+flower-run``, :func:`~tpsl_flwr.experiments.run.run_experiment`) follows these
+rules, so a folder's ``results.json`` is always the last run's, and only if it
+finished:
+
+* a fresh run needs an empty (or missing) ``out-dir``; a label party's folder
+  holding only an unbound key (``tpsl-flwr keygen``, ``--noise-seed``) counts
+  as empty, since it is meant for the next run;
+* ``overwrite`` removes what an earlier run wrote there (:data:`RUN_ENTRIES`,
+  the label party's folder under ``out-dir`` with its key, a transcript under
+  ``out-dir``); files no run writes are left alone;
+* ``resume`` keeps the folder (the label party's key and checkpoint, the
+  nodes' checkpoints) and moves an earlier ``results.json`` and report to
+  ``*.previous.*``, so a failed resume never shows them as its own;
+* ``results.json`` and ``report.md`` are written atomically
+  (:func:`write_atomic`); a failed run leaves :data:`FAILED_FILE` holding its
+  one-line error (:func:`failed_on_error`).
+
+Sweeps give each run its own ``runs/<name>/`` and keep their own resume rules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tpsl_flwr.errors import ConfigError
+
+__all__ = [
+    "FAILED_FILE",
+    "RUN_ENTRIES",
+    "failed_on_error",
+    "mark_failed",
+    "one_line_error",
+    "prepare_run_folder",
+    "read_failure",
+    "retire_results",
+    "write_atomic",
+]
+
+RESULTS = ("results.json", "report.md", "report.png")
+"""What a finished run leaves; :func:`retire_results` moves or removes them."""
+FAILED_FILE = "FAILED"
+"""The marker a failed run leaves in its out-dir: the error, one line."""
+RUN_ENTRIES = (
+    *RESULTS,
+    FAILED_FILE,
+    "flwr-run.log",
+    "run-config.toml",
+    "superlink.log",
+    "checkpoints",
+    *(f"{Path(name).stem}.previous{Path(name).suffix}" for name in RESULTS),
+)
+"""Everything a run writes directly in its out-dir (the label party's folder aside)."""
+_KEY_FILE = "noise-key.json"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): (.+)$")
+_FLOWER_REASON = re.compile(r"<class '([\w.()]+)'>:<'(.*?)(?:'>)?$")
+
+
+def prepare_run_folder(
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    label_dir: str | Path | None = None,
+    extra: Iterable[str | Path] = (),
+    hint: str = "pass --overwrite to replace it or --resume to continue it",
+) -> Path:
+    """Make ``out_dir`` ready for one run; return it (absolute, created).
+
+    Parameters
+    ----------
+    out_dir
+        The run's folder.
+    resume
+        Continue the run in ``out_dir``: keep it, retire its results.
+    overwrite
+        Replace the run in ``out_dir``: remove what it wrote.
+    label_dir
+        The label party's folder (default ``out_dir/label-party``); removed by
+        ``overwrite`` only when it lies inside ``out_dir``.
+    extra
+        Further folders of the run (``transcript-dir``), removed by
+        ``overwrite`` when inside ``out_dir``.
+    hint
+        How the user asks for ``overwrite`` or ``resume`` (the refusal's end).
+
+    Raises
+    ------
+    ConfigError
+        If ``out_dir`` holds an earlier run and neither ``resume`` nor
+        ``overwrite`` is set (the message names the folder and what is in it),
+        or if both are set.
+    """
+    out = Path(out_dir).resolve()
+    if resume and overwrite:
+        raise ConfigError(
+            "overwrite and resume exclude each other: resume continues the run "
+            f"in {out}, overwrite replaces it"
+        )
+    label = out / "label-party" if label_dir is None else Path(label_dir).resolve()
+    if resume:
+        out.mkdir(parents=True, exist_ok=True)
+        retire_results(out, keep_previous=True)
+        return out
+    found = _earlier_run(out, label)
+    if found and not overwrite:
+        shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
+        raise ConfigError(
+            f"out-dir {out} already holds a run ({shown}); {hint}, or choose "
+            "another out-dir"
+        )
+    if found:
+        names = {*RUN_ENTRIES, *(_inside(out, p) for p in (label, *map(Path, extra)))}
+        for name in sorted(n for n in names if n):
+            _remove(out / name)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _earlier_run(out: Path, label: Path) -> list[str]:
+    """What in ``out`` an earlier run left (sorted names; ``[]``: fresh)."""
+    if not out.is_dir():
+        return []
+    found = []
+    for entry in sorted(out.iterdir()):
+        if entry.resolve() == label and _only_unbound_key(entry):
+            continue
+        found.append(entry.name + ("/" if entry.is_dir() else ""))
+    return found
+
+
+def _only_unbound_key(folder: Path) -> bool:
+    """Whether ``folder`` holds just a key no run has used yet (keygen, a seed)."""
+    try:
+        if [p.name for p in folder.iterdir()] != [_KEY_FILE]:
+            return False
+        return json.loads((folder / _KEY_FILE).read_text()).get("binding") is None
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _inside(out: Path, path: Path) -> str:
+    """``path``'s first component under ``out`` (``""`` if it is not inside)."""
+    if not str(path):
+        return ""
+    try:
+        relative = Path(path).resolve().relative_to(out)
+    except ValueError:
+        return ""
+    return relative.parts[0] if relative.parts else ""
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        if _only_unbound_key(path):
+            return  # a key provided for this run
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def retire_results(out_dir: str | Path, *, keep_previous: bool) -> None:
+    """Take an earlier run's results and ``FAILED`` marker out of the way.
+
+    ``keep_previous`` renames ``results.json`` to ``results.previous.json``
+    (and the report likewise); otherwise they are removed.
+    """
+    out = Path(out_dir)
+    (out / FAILED_FILE).unlink(missing_ok=True)
+    for name in RESULTS:
+        path = out / name
+        if not path.exists():
+            continue
+        if keep_previous:
+            os.replace(path, path.with_name(f"{path.stem}.previous{path.suffix}"))
+        else:
+            path.unlink()
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file renamed over it.
+
+    A reader sees the old file or the whole new one, never a part.
+    """
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def one_line_error(error: BaseException | str) -> str:
+    r"""An error as one line: the cause, without its traceback.
+
+    A node's error reply (Flower's ``<class 'X'>:<'message'>``, with Ray's
+    traceback inside) becomes ``X: message``, or the traceback's first
+    exception line (the root cause); other text keeps its first line.
+
+    Examples
+    --------
+    >>> one_line_error("node 7 (partition 1) replied with an error: "
+    ...                "<class 'ValueError'>:<'bad value'>")
+    'node 7 (partition 1) replied with an error: ValueError: bad value'
+    >>> one_line_error("node 7 replied with an error: <class 'ray.X(E)'>:<'ray::A\n"
+    ...                "Traceback (most recent call last):\n  File x\n"
+    ...                "OSError: disk full\n\nflwr.E: wrapped'>")
+    'node 7 replied with an error: OSError: disk full'
+    >>> one_line_error(KeyError("epochs"))
+    "KeyError: 'epochs'"
+    """
+    if isinstance(error, BaseException):
+        text = str(error)
+        if not type(error).__module__.startswith("tpsl_flwr"):  # ours name it
+            text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    else:
+        text = error
+    lines = [line.rstrip() for line in _ANSI.sub("", text).splitlines()]
+    lines = [line for line in lines if line.strip()]
+    if not lines:
+        return "unknown error"
+    head = lines[0]
+    root = next((m.group(0) for m in map(_EXCEPTION_LINE.match, lines[1:]) if m), None)
+    reason = _FLOWER_REASON.search(head)
+    if reason is not None:
+        name = reason.group(1).rsplit(".", 1)[-1]
+        cause = root or (f"{name}: {reason.group(2)}" if reason.group(2) else name)
+        return head[: reason.start()] + cause
+    if root is not None and head.startswith(("Traceback", "ray::")):
+        return root
+    return head
+
+
+def mark_failed(out_dir: str | Path, error: BaseException | str) -> Path:
+    """Write :data:`FAILED_FILE` with the error's one line; return its path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return write_atomic(out / FAILED_FILE, one_line_error(error) + "\n")
+
+
+def read_failure(out_dir: str | Path) -> str | None:
+    """The one-line error of the :data:`FAILED_FILE` in ``out_dir``, if any."""
+    try:
+        text = (Path(out_dir) / FAILED_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return text or None
+
+
+@contextmanager
+def failed_on_error(out_dir: str | Path) -> Iterator[None]:
+    """Leave :data:`FAILED_FILE` in ``out_dir`` if the block raises (and re-raise).
+
+    ``results.json`` of the failed run is never left: the block only writes it
+    at its very end.
+    """
+    try:
+        yield
+    except KeyboardInterrupt:
+        mark_failed(out_dir, "interrupted")
+        raise
+    except BaseException as err:
+        if read_failure(out_dir) is None:
+            mark_failed(out_dir, err)
+        raise
