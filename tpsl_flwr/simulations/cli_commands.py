@@ -151,10 +151,16 @@ def cmd_attack(args: argparse.Namespace) -> int:
     if args.json == "-":
         print(json.dumps(reports, indent=2, default=float))
         return 0
-    print(f"party {args.partition}: attack AUC per epoch (pooled; per-batch mean)")
+    print(
+        f"party {args.partition}: attack AUC per epoch, pooled ± standard error "
+        "(per-batch mean)"
+    )
     for epoch, report in reports.items():
+        errors = report.get("standard_error") or {}
         cells = [
-            f"{name} {report[name]:.4f} ({report['per_batch'][name]['mean']:.4f})"
+            f"{name} {report[name]:.4f}"
+            + (f" ± {errors[name]:.4f}" if errors.get(name) is not None else "")
+            + f" ({report['per_batch'][name]['mean']:.4f})"
             for name in ("norm", "cosine", "spectral")
             if report.get(name) is not None
         ]
