@@ -5,6 +5,10 @@ production (insecure, on 127.0.0.1), runs apps on it with
 ``flwr run <app> <connection>``, and on exit ends every process it started and
 all their descendants, by PID
 (:func:`~tpsl_flwr.engines.processes.terminate_launched`).
+
+With ``secure=True`` it runs over TLS with authenticated SuperNodes; that
+support (certificates, SuperNode registration, ``/health``) and the ``flwr``
+CLI calls are in :mod:`~tpsl_flwr.engines.deployment_security`.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,14 +23,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import tomli_w
-
+from tpsl_flwr.engines import deployment_security as security
+from tpsl_flwr.engines.certificates import LocalCertificates
 from tpsl_flwr.engines.flower_env import (
     check_run_config,
     free_ports,
     kv_option,
     offline_flower_env,
-    read_toml,
     write_run_config,
 )
 from tpsl_flwr.engines.flwr_cli import CompletedRun, flwr_run, query_status
@@ -76,6 +78,15 @@ class DeploymentRuntime:
         Seconds between SIGTERM and SIGKILL when stopping.
     connection : str
         Name of the SuperLink connection written to ``config.toml``.
+    secure : bool
+        Run over TLS with SuperNode authentication
+        (:mod:`~tpsl_flwr.engines.deployment_security`); each SuperNode's key
+        is registered once the SuperLink answers ``/health`` (:attr:`node_ids`
+        holds the ids). ``False`` (default): everything plaintext.
+    certificates_dir : Path | None
+        With ``secure``: CA, SuperLink certificate and SuperNode key pairs,
+        reused if present for ``num_supernodes``, else created there;
+        ``None``: fresh ones in ``log_dir / "certificates"``.
 
     Examples
     --------
@@ -83,6 +94,9 @@ class DeploymentRuntime:
 
         with DeploymentRuntime(2, tmp_path) as runtime:
             result = runtime.run(app_dir, {"num-rounds": 3}, timeout=120)
+
+        with DeploymentRuntime(2, tmp_path, secure=True) as runtime:
+            result = runtime.run(app_dir, timeout=120)  # over TLS
     """
 
     num_supernodes: int
@@ -92,6 +106,10 @@ class DeploymentRuntime:
     startup_timeout: float = 60.0
     grace_s: float = 10.0
     connection: str = "tpsl-deployment"
+    secure: bool = False
+    certificates_dir: Path | None = None
+    certificates: LocalCertificates | None = field(default=None, init=False)
+    node_ids: list[int] = field(default_factory=list, init=False)
     launch_id: str = field(default_factory=lambda: uuid.uuid4().hex, init=False)
     address: str = field(default="", init=False)
     env: dict[str, str] = field(default_factory=dict, init=False)
@@ -111,6 +129,8 @@ class DeploymentRuntime:
         self.log_dir = Path(self.log_dir).resolve()
         home = self.log_dir / "flwr-home" if self.flwr_home is None else self.flwr_home
         self.flwr_home = Path(home).resolve()
+        if self.certificates_dir is not None:
+            self.certificates_dir = Path(self.certificates_dir).resolve()
         self.env = offline_flower_env(self.flwr_home)
         self.env[LAUNCH_ID_ENV] = self.launch_id
 
@@ -149,14 +169,20 @@ class DeploymentRuntime:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         assert self.flwr_home is not None
         self.flwr_home.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + self.startup_timeout
+        if self.secure:
+            self.certificates = security.prepare_certificates(
+                self.log_dir, self.certificates_dir, self.num_supernodes
+            )
         link_port, *node_ports = free_ports(1 + self.num_supernodes)
         self.address = f"127.0.0.1:{link_port}"
-        self._write_connection()
-        deadline = time.monotonic() + self.startup_timeout
+        security.write_connection(
+            self.flwr_home, self.connection, self.address, self.certificates
+        )
         self._spawn(
             [
                 "flower-superlink",
-                "--insecure",
+                *self._superlink_security_args(),
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -165,6 +191,13 @@ class DeploymentRuntime:
             ],
             self.log_dir / "superlink.log",
         )
+        if self.secure:
+            # SuperNodes may only connect once their public key is registered
+            self._wait(self.superlink_healthy, deadline)
+            assert self.certificates is not None
+            self.node_ids = security.register_supernodes(
+                self.certificates, self.env, self.connection, deadline
+            )
         logs = []
         for i, port in enumerate(node_ports):
             node_config: dict[str, object] = {
@@ -177,7 +210,7 @@ class DeploymentRuntime:
             self._spawn(
                 [
                     "flower-supernode",
-                    "--insecure",
+                    *self.supernode_security_args(i),
                     "--superlink",
                     self.address,
                     "--port",
@@ -187,11 +220,72 @@ class DeploymentRuntime:
                 ],
                 logs[-1],
             )
-        # SuperNodes start alongside the SuperLink (they retry until it is up)
-        self._wait(lambda: _http_ok(f"http://{self.address}/health"), deadline)
-        self._wait(
-            lambda: all(_logged(log, _SUPERNODE_READY_RE) for log in logs), deadline
-        )
+        # Plaintext SuperNodes start alongside the SuperLink (they retry
+        # until it is up)
+        self._wait(self.superlink_healthy, deadline)
+        found = security.log_contains
+        self._wait(lambda: all(found(x, _SUPERNODE_READY_RE) for x in logs), deadline)
+
+    def superlink_healthy(self) -> bool:
+        """Whether the SuperLink answers ``GET /health`` (HTTPS if ``secure``)."""
+        return security.superlink_healthy(self.address, self.certificates)
+
+    def supernode_security_args(self, index: int | None = None) -> list[str]:
+        """The ``flower-supernode`` arguments that connect it to this SuperLink.
+
+        Parameters
+        ----------
+        index : int | None
+            SuperNode whose key pair to use (``secure`` only); ``None`` for
+            just ``--root-certificates`` (add your own key).
+
+        Returns
+        -------
+        list[str]
+            ``["--insecure"]``, or ``--root-certificates CA`` plus
+            ``--auth-supernode-private-key KEY`` when ``secure``.
+        """
+        return security.supernode_security_args(self.certificates, index)
+
+    def flwr_cli(
+        self, *args: str, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``flwr *args`` with this deployment's ``FLWR_HOME`` and marker.
+
+        Parameters
+        ----------
+        *args : str
+            CLI arguments, e.g. ``"supernode", "list", runtime.connection``.
+        timeout : float
+            Seconds before :class:`subprocess.TimeoutExpired`.
+
+        Returns
+        -------
+        subprocess.CompletedProcess[str]
+            Exit code and captured text output.
+        """
+        return security.run_flwr_cli(self.env, *args, timeout=timeout)
+
+    def list_supernodes(self, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """The SuperLink's nodes from ``flwr supernode list <connection>``.
+
+        Parameters
+        ----------
+        timeout : float
+            Seconds before :class:`subprocess.TimeoutExpired`.
+
+        Returns
+        -------
+        list[dict[str, Any]]
+            One dict per node (``node-id``, ``status``, ...), as Flower's
+            JSON output has them.
+
+        Raises
+        ------
+        FlowerLaunchError
+            If the CLI does not report success.
+        """
+        return security.list_supernodes(self.env, self.connection, timeout)
 
     def run(
         self,
@@ -296,35 +390,10 @@ class DeploymentRuntime:
                 )
             time.sleep(0.2)
 
+    def _superlink_security_args(self) -> list[str]:
+        return security.superlink_security_args(self.certificates)
+
     def _names(self) -> list[str]:
         return ["flower-superlink"] + [
             f"flower-supernode {i}" for i in range(len(self._procs) - 1)
         ]
-
-    def _write_connection(self) -> None:
-        assert self.flwr_home is not None
-        path = self.flwr_home / "config.toml"
-        config: dict[str, Any] = {}
-        if path.exists():
-            config = read_toml(path)
-        superlink = config.setdefault("superlink", {})
-        superlink[self.connection] = {"address": self.address, "insecure": True}
-        path.write_text(tomli_w.dumps(config), encoding="utf-8")
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=0.5) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
-def _logged(path: Path, pattern: re.Pattern[str]) -> bool:
-    try:
-        return (
-            pattern.search(path.read_text(encoding="utf-8", errors="replace"))
-            is not None
-        )
-    except OSError:
-        return False
