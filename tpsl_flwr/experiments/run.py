@@ -1,4 +1,4 @@
-"""Run one experiment, on the in-process engine or on Flower's Ray simulation.
+"""Run one experiment: in-process, on Flower's Ray simulation or on a local deployment.
 
 The one recipe behind ``tpsl-flwr simulate``, ``tpsl-flwr sweep``, the benches
 and the end-to-end tests:
@@ -10,33 +10,51 @@ and the end-to-end tests:
 * ``ray``: ``flwr run`` of the app on Flower's Ray simulation
   (:func:`~tpsl_flwr.engines.flower_run.run_on_ray`), after the label party's
   seeded key, if any, is put in its private folder: ``noise-seed`` never enters
-  the run config the nodes receive.
+  the run config the nodes receive;
+* ``deployment``: ``flwr run`` of the app on a local deployment
+  (:class:`~tpsl_flwr.engines.deployment.DeploymentRuntime`: a SuperLink and
+  ``num-parties`` SuperNodes on loopback, over TLS with authenticated
+  SuperNodes when ``secure``), the seeded key provided the same way; every
+  process it started is ended by PID afterwards.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
+import statistics
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
-from tpsl_flwr.experiments.run_folder import failed_on_error, prepare_run_folder
+from tpsl_flwr.experiments.run_folder import (
+    FAILED_FILE,
+    failed_on_error,
+    one_line_error,
+    prepare_run_folder,
+    read_failure,
+    write_atomic,
+)
 
 if TYPE_CHECKING:
     from tpsl_flwr.engines.inprocess import InProcessGrid
     from tpsl_flwr.engines.virtual_nodes import ClientAppCallable
 
 __all__ = [
+    "DEPLOYMENT_LOGS",
     "ENGINES",
     "check_engine",
+    "round_trip_seconds",
     "run_experiment",
     "run_inprocess_experiment",
 ]
 
-ENGINES: tuple[str, ...] = ("local", "ray")
+ENGINES: tuple[str, ...] = ("local", "ray", "deployment")
 """The engines :func:`run_experiment` runs on."""
 
 
@@ -52,16 +70,22 @@ def check_engine(engine: str) -> str:
     --------
     >>> check_engine("ray")
     'ray'
-    >>> check_engine("gpu")
-    Traceback (most recent call last):
-    ...
-    tpsl_flwr.errors.ConfigError: unknown engine 'gpu'; valid engines: local, ray
+    >>> try:
+    ...     check_engine("gpu")
+    ... except ConfigError as err:
+    ...     print(err)  # doctest: +NORMALIZE_WHITESPACE
+    unknown engine 'gpu'; valid engines:
+    local, ray, deployment
     """
     if engine not in ENGINES:
         raise ConfigError(
             f"unknown engine {engine!r}; valid engines: {', '.join(ENGINES)}"
         )
     return engine
+
+
+DEPLOYMENT_LOGS = "deployment-logs"
+"""The folder under ``out-dir`` of the deployment's process logs."""
 
 
 def run_experiment(
@@ -71,10 +95,11 @@ def run_experiment(
     echo: TextIO | None = None,
     timeout: float = 3600.0,
     overwrite: bool | None = None,
+    secure: bool = False,
 ) -> dict[str, Any]:
     """Run the experiment ``cfg`` on ``engine``; return its results JSON.
 
-    Either engine writes ``results.json`` and ``report.md`` to ``cfg.out_dir``
+    Every engine writes ``results.json`` and ``report.md`` to ``cfg.out_dir``
     (atomically), or ``FAILED`` with the one-line error if the run fails; the
     folder is prepared first by
     :func:`~tpsl_flwr.experiments.run_folder.prepare_run_folder`.
@@ -88,23 +113,33 @@ def run_experiment(
         ``OMP_NUM_THREADS`` is set (the parties share the process; one thread
         per step beats several fighting over the cores, ~10x measured on 2
         loaded cores). ``"ray"``: Flower's Ray simulation (``flwr run``).
+        ``"deployment"``: a SuperLink and ``cfg.num_parties`` SuperNodes on
+        loopback (:class:`~tpsl_flwr.engines.deployment.DeploymentRuntime`,
+        logs in ``out-dir/deployment-logs``), ``flwr run`` of the app there,
+        every process ended by PID afterwards.
     echo
-        ``ray``: where to copy the run's log lines as they arrive. ``None``
-        (default) is quiet: no log copy on ``ray``, only Flower's warnings and
-        errors on ``local``.
+        ``ray``: where to copy the run's log lines as they arrive;
+        ``deployment``: where to copy its progress lines once the run ends.
+        ``None`` (default) is quiet: no log copy on ``ray`` or
+        ``deployment``, only Flower's warnings and errors on ``local``.
     timeout
         Seconds to wait: for each reply of a node (``local``), for the whole
-        run (``ray``).
+        run (``ray``, ``deployment``).
     overwrite
         ``True``: replace an earlier run in ``cfg.out_dir``; ``False``: refuse
         a folder holding one (``tpsl-flwr simulate`` without ``--overwrite``).
         ``None`` (default, for callers that own their folder, like a sweep's
         ``runs/<name>/``): replace it unless ``cfg.resume`` continues it.
+    secure
+        ``deployment`` only: TLS and authenticated SuperNodes (local
+        certificates, loopback); ignored by the other engines.
 
     Returns
     -------
     dict
-        The results JSON (one schema for both engines; ``engine`` names it).
+        The results JSON (one schema for every engine; ``engine`` names it).
+        ``deployment`` adds ``flower_wall_seconds`` (the ``flwr run``) and
+        ``round_trip_seconds`` (:func:`round_trip_seconds`).
 
     Raises
     ------
@@ -112,7 +147,8 @@ def run_experiment(
         If ``engine`` is unknown, a setting is refused by the label party, or
         ``cfg.out_dir`` holds an earlier run and ``overwrite`` is ``False``.
     RuntimeError
-        ``ray``: if the Flower run did not complete (``FlowerLaunchError``).
+        ``ray``, ``deployment``: if the Flower run did not complete
+        (``FlowerLaunchError``).
 
     Examples
     --------
@@ -139,6 +175,11 @@ def run_experiment(
 
         provide_seeded_key(cfg)  # the label party's file; the seed stays here
         return run_on_ray(cfg.to_run_config(), echo=echo, timeout=timeout)
+    if engine == "deployment":
+        from tpsl_flwr.experiments.experiment import provide_seeded_key
+
+        provide_seeded_key(cfg)  # the label party's file; the seed stays here
+        return _run_on_deployment(cfg, secure=secure, echo=echo, timeout=timeout)
     with (
         failed_on_error(cfg.out_dir),
         _one_torch_thread(),
@@ -194,6 +235,92 @@ def run_inprocess_experiment(
         lambda g, _ctx: run_label_party(g, cfg, engine="local", timeout=timeout)
     )
     return results, grid
+
+
+def round_trip_seconds(results: dict[str, Any]) -> float:
+    """Seconds of one label-party round trip (all nodes at once) of a results JSON.
+
+    The strategy does not time its round trips one by one: an epoch's
+    training seconds (``samples / samples_per_second``: the transcript audit,
+    if on, excluded) over that epoch's round trips (``ceil(batches /
+    steps-per-message)`` train messages plus one test query), i.e. the MEAN
+    per round trip of each epoch; the median of those means over the epochs.
+
+    Examples
+    --------
+    >>> round(round_trip_seconds({
+    ...     "train_rows": 455,
+    ...     "config": {"batch-size": 64, "steps-per-message": 1},
+    ...     "history": [{"samples": 455, "samples_per_second": 5.0}],
+    ... }), 3)  # 91 s over 8 train round trips + 1 test query
+    10.111
+    """
+    config = results["config"]
+    batches = math.ceil(int(results["train_rows"]) / int(config["batch-size"]))
+    messages = math.ceil(batches / int(config["steps-per-message"])) + 1
+    means = [
+        float(entry["samples"]) / float(entry["samples_per_second"]) / messages
+        for entry in results["history"]
+        if entry.get("samples_per_second")
+    ]
+    return statistics.median(means) if means else float("nan")
+
+
+def _absolute_paths(run_config: dict[str, Any]) -> dict[str, Any]:
+    """``run_config`` with every non-empty ``*-dir``/``*-path`` made absolute.
+
+    The ServerApp and the ClientApps run in other processes and folders.
+    """
+    return {
+        key: str(Path(value).resolve())
+        if key.endswith(("-dir", "-path")) and isinstance(value, str) and value
+        else value
+        for key, value in run_config.items()
+    }
+
+
+def _run_on_deployment(
+    cfg: ExperimentConfig, *, secure: bool, echo: TextIO | None, timeout: float
+) -> dict[str, Any]:
+    """``flwr run`` of the app on a fresh local deployment; its results JSON."""
+    from tpsl_flwr.engines.deployment import DeploymentRuntime
+    from tpsl_flwr.engines.flower_run import progress_line, source_app_dir
+    from tpsl_flwr.engines.processes import FlowerLaunchError
+    from tpsl_flwr.experiments.experiment import RESULTS_FILE
+
+    app = source_app_dir()
+    run_config = _absolute_paths(cfg.to_run_config())
+    out_dir = Path(run_config["out-dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results_path = out_dir / RESULTS_FILE
+    (out_dir / FAILED_FILE).unlink(missing_ok=True)
+    with failed_on_error(out_dir):
+        with DeploymentRuntime(
+            cfg.num_parties, out_dir / DEPLOYMENT_LOGS, secure=secure
+        ) as runtime:
+            run = runtime.run(app, run_config, timeout=timeout, check=False)
+        if echo is not None:
+            shown = [line for line in run.output.splitlines() if progress_line(line)]
+            echo.write("".join(line + "\n" for line in shown))
+            echo.flush()
+        if not run.ok:
+            cause = read_failure(out_dir)
+            if cause is None and run.status_details:
+                cause = one_line_error(run.status_details.strip())
+            if cause is None:
+                cause = f"Flower run {run.run_id} ended with status {run.status!r}"
+            raise FlowerLaunchError(f"{cause} (details: {run.log_path})")
+        if not results_path.exists():
+            raise FlowerLaunchError(
+                f"the run completed but wrote no {results_path} "
+                f"(details: {run.log_path})"
+            )
+    results: dict[str, Any] = json.loads(results_path.read_text())
+    results["engine"] = "deployment"
+    results["flower_wall_seconds"] = run.wall_s
+    results["round_trip_seconds"] = round_trip_seconds(results)
+    write_atomic(results_path, json.dumps(results, indent=2))
+    return results
 
 
 @contextmanager

@@ -37,7 +37,11 @@ __all__ = ["EXIT_USAGE", "EXIT_VIOLATION", "build_parser", "main"]
 
 SIMULATE_DEFAULTS = {"audit": True}
 """``simulate``'s defaults that differ from the dataclass's (and the run config's)."""
-ENGINE_HELP = "local: in-process Grid; ray: Flower's Ray simulation (flwr run)"
+ENGINE_HELP = (
+    "local: in-process Grid; ray: Flower's Ray simulation (flwr run); deployment: "
+    "a local flower-superlink and one flower-supernode per party (--secure: TLS "
+    "and registered SuperNodes)"
+)
 OVERWRITE_HELP = (
     "replace the earlier run in out-dir (its results, logs, checkpoints and the "
     "label party's folder there); without it a non-empty out-dir is refused"
@@ -116,7 +120,7 @@ def _add_simulate(subparsers: Any) -> None:
     sim = subparsers.add_parser(
         "simulate",
         help="run one TPSL experiment (in-process or Ray engine)",
-        usage="%(prog)s [--KEY VALUE ...] [--engine {local,ray}] [--json PATH]",
+        usage="%(prog)s [--KEY VALUE ...] [--engine {local,ray,deployment}] [--json PATH]",
         description=(
             "Train a split model with GradPerturb and write the results JSON. "
             "Every run-config key is a flag of the same name; unset flags take "

@@ -26,7 +26,11 @@ EXIT_USAGE = 2
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    """``simulate``: one experiment on ``--engine``, results to ``--json``."""
+    """``simulate``: one experiment on ``--engine``, results to ``--json``.
+
+    ``--engine deployment`` runs it on a local SuperLink and SuperNodes
+    (``--secure``: over TLS with authenticated SuperNodes).
+    """
     from tpsl_flwr.experiments.run import run_experiment
     from tpsl_flwr.simulations.cli_flags import config_from_args
 
@@ -37,6 +41,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         args.engine,
         echo=None if quiet else sys.stdout,
         overwrite=args.overwrite,
+        secure=getattr(args, "secure", False),
     )
     write_json(results, args.json)
     print(summary_line("simulate", results), file=sys.stderr if quiet else sys.stdout)
@@ -112,11 +117,15 @@ def summary_line(command: str, results: dict[str, Any]) -> str:
         f"{results['samples_per_second']:.0f} samples/s",
         f"training {results['seconds']:.1f} s (label party)",
     ]
+    if "round_trip_seconds" in results:
+        parts.append(f"{results['round_trip_seconds']:.2f} s per round trip")
     if "flower_wall_seconds" in results:
-        parts.append(
-            f"wall {results['flower_wall_seconds']:.1f} s "
-            "(flwr run, incl. Ray start-up)"
+        what = (
+            "flwr run on the deployment"
+            if results.get("engine") == "deployment"
+            else "flwr run, incl. Ray start-up"
         )
+        parts.append(f"wall {results['flower_wall_seconds']:.1f} s ({what})")
     path = Path(results["config"]["out-dir"]).resolve() / RESULTS_FILE
     return f"tpsl-flwr {command}: {', '.join(parts)}; results in {path}"
 

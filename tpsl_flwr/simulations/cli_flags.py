@@ -6,7 +6,8 @@ its help from :data:`~tpsl_flwr.experiments.config.FIELD_HELP` and its valid
 values from :data:`~tpsl_flwr.experiments.config.FIELD_CHOICES`; booleans get
 ``--x/--no-x``. Adding a field to the dataclass (and its line of help) adds
 the flag. ``noise-seed``, a field that never enters the run config, is a flag
-of its own group.
+of its own group, and so is ``--secure`` (how ``--engine deployment`` runs,
+not a setting of the experiment).
 
 Bad values give one line naming the value (the parser's ``error`` decides the
 exit status).
@@ -28,7 +29,9 @@ from tpsl_flwr.experiments.config import (
 )
 
 __all__ = [
+    "SECURE_HELP",
     "add_config_flags",
+    "add_engine_flags",
     "config_from_args",
     "flag_name",
     "integer",
@@ -100,12 +103,38 @@ def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
+SECURE_HELP = (
+    "with --engine deployment: TLS and authenticated SuperNodes (a local CA, "
+    "loopback only); ignored by the other engines"
+)
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    """Add the flags of how an engine runs (``--secure``) to ``parser``.
+
+    Examples
+    --------
+    >>> parser = argparse.ArgumentParser()
+    >>> add_engine_flags(parser)
+    >>> parser.parse_args([]).secure, parser.parse_args(["--secure"]).secure
+    (False, True)
+    """
+    group = parser.add_argument_group(
+        "engine", "how the engine runs; never in the run config"
+    )
+    group.add_argument("--secure", action="store_true", help=SECURE_HELP)
+
+
 def add_config_flags(
     parser: argparse.ArgumentParser,
     defaults: Mapping[str, Any] | None = None,
     notes: Mapping[str, str] | None = None,
+    *,
+    engine_flags: bool = True,
 ) -> None:
     """Add one flag per :class:`ExperimentConfig` field to ``parser``.
+
+    With ``engine_flags`` (default) also :func:`add_engine_flags`.
 
     Parameters
     ----------
@@ -115,6 +144,8 @@ def add_config_flags(
         Defaults that differ from the dataclass's, by field name.
     notes
         Extra help, by field name (say why a default differs).
+    engine_flags
+        Also add ``--secure`` (:func:`add_engine_flags`).
 
     Examples
     --------
@@ -151,6 +182,8 @@ def add_config_flags(
         if "(default:" not in (action.help or ""):
             shown = "''" if default == "" else "%(default)s"
             action.help = f"{action.help} (default: {shown})"
+    if engine_flags:
+        add_engine_flags(parser)
 
 
 def _kind(key: str, kind: type) -> dict[str, Any]:
