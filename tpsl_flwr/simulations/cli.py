@@ -37,6 +37,7 @@ __all__ = ["EXIT_USAGE", "EXIT_VIOLATION", "build_parser", "main"]
 
 SIMULATE_DEFAULTS = {"audit": True}
 """``simulate``'s defaults that differ from the dataclass's (and the run config's)."""
+SIMULATE_USAGE = "%(prog)s [--KEY VALUE ...] [--engine ENGINE] [--json PATH]"
 ENGINE_HELP = (
     "local: in-process Grid; ray: Flower's Ray simulation (flwr run); deployment: "
     "a local flower-superlink and one flower-supernode per party (--secure: TLS "
@@ -119,8 +120,8 @@ def _add_audit(subparsers: Any) -> None:
 def _add_simulate(subparsers: Any) -> None:
     sim = subparsers.add_parser(
         "simulate",
-        help="run one TPSL experiment (in-process or Ray engine)",
-        usage="%(prog)s [--KEY VALUE ...] [--engine {local,ray,deployment}] [--json PATH]",
+        help="run one TPSL experiment (in-process, Ray or local deployment)",
+        usage=SIMULATE_USAGE,
         description=(
             "Train a split model with GradPerturb and write the results JSON. "
             "Every run-config key is a flag of the same name; unset flags take "
