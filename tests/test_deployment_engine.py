@@ -2,14 +2,13 @@
 
 The wiring (engine name, ``--secure``, the seeded key, the run config the
 nodes receive, the results) runs with :class:`DeploymentRuntime` replaced by
-a stand-in that starts no process. One ``slow`` test runs a real local
-deployment (a SuperLink and 2 SuperNodes on loopback, ~70 s on 2 cores) and
-checks it against the in-process engine on the same seeded config.
+a stand-in that starts no process. A real local deployment of the TPSL app,
+checked against the in-process engine on the same seeded config, is
+``tests/test_engines.py::test_deployment_runtime_runs_tpsl_app`` (``slow``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +19,6 @@ import pytest
 from tpsl_flwr.engines import deployment
 from tpsl_flwr.engines.flower_run import source_app_dir
 from tpsl_flwr.engines.flwr_cli import CompletedRun
-from tpsl_flwr.engines.processes import find_launched_processes
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import (
@@ -170,38 +168,3 @@ def test_simulate_without_secure_runs_plaintext(tmp_path, monkeypatch):
     # Act / Assert
     assert main(argv) == 0
     assert _StandInRuntime.instances[0].options == {"secure": False}
-
-
-@pytest.mark.slow
-def test_real_deployment_run_matches_the_local_engine(tmp_path, monkeypatch):
-    # Arrange: a spy on the real runtime's runs, to check their processes after
-    runs: list[CompletedRun] = []
-
-    class Spy(deployment.DeploymentRuntime):
-        def run(self, *args: Any, **kwargs: Any) -> CompletedRun:
-            runs.append(super().run(*args, **kwargs))
-            return runs[-1]
-
-    monkeypatch.setattr(deployment, "DeploymentRuntime", Spy)
-    on_deployment = ExperimentConfig(
-        dataset="breast-cancer",
-        epochs=1,
-        batch_size=128,
-        steps_per_message=4,
-        noise_seed=0,
-        out_dir=str(tmp_path / "dep"),
-    )
-    local = dataclasses.replace(on_deployment, out_dir=str(tmp_path / "local"))
-
-    # Act
-    results = run_experiment(on_deployment, "deployment", timeout=300)
-    expected = run_experiment(local, "local")
-
-    # Assert: the same numbers (no staleness added by the engine), timed,
-    # and no process of the deployment left
-    written = json.loads((tmp_path / "dep" / "results.json").read_text())
-    assert written["engine"] == results["engine"] == "deployment"
-    assert written["round_trip_seconds"] > 0
-    assert written["test_auc"] == pytest.approx(expected["test_auc"], rel=1e-6)
-    (run,) = runs
-    assert find_launched_processes(run.launch_id) == []
