@@ -218,27 +218,7 @@ def _ctr_party_view(
     spec: DataSpec, columns: tuple[str, ...], cache_dir: str | None
 ) -> PartyView:
     """A party's columns of a Criteo/Avazu file (label column never converted)."""
-    from tpsl_flwr.data.ctr.views import encode_side, side_membership
-
-    _, enc = encode_side(
-        spec.dataset,
-        spec.data_path,
-        columns=columns,
-        labels=False,
-        rows=spec.rows,
-        seed=int(spec.seed),
-        test_fraction=spec.test_fraction,
-        split=spec.split,
-        hash_buckets=spec.hash_buckets,
-        cache_dir=cache_dir,
-    )
-    tr, te = side_membership(
-        enc,
-        split=spec.split,
-        seed=int(spec.seed),
-        test_fraction=spec.test_fraction,
-        source=spec.data_path,
-    )
+    _, enc, tr, te = _ctr_side(spec, columns, labels=False, cache_dir=cache_dir)
     num_tr, num_te, _, _ = standardize(
         np.asarray(enc.numeric[tr]), np.asarray(enc.numeric[te])
     )
@@ -295,27 +275,9 @@ def _ctr_label_view(
     spec: DataSpec, cache_dir: str | None, num_numeric: int, num_categorical: int
 ) -> LabelView:
     """The label column of a Criteo/Avazu file (no feature column converted)."""
-    from tpsl_flwr.data.ctr.views import encode_side, side_info, side_membership
+    from tpsl_flwr.data.ctr.views import side_info
 
-    fmt, enc = encode_side(
-        spec.dataset,
-        spec.data_path,
-        columns=(),
-        labels=True,
-        rows=spec.rows,
-        seed=int(spec.seed),
-        test_fraction=spec.test_fraction,
-        split=spec.split,
-        hash_buckets=spec.hash_buckets,
-        cache_dir=cache_dir,
-    )
-    tr, te = side_membership(
-        enc,
-        split=spec.split,
-        seed=int(spec.seed),
-        test_fraction=spec.test_fraction,
-        source=spec.data_path,
-    )
+    fmt, enc, tr, te = _ctr_side(spec, (), labels=True, cache_dir=cache_dir)
     assert enc.labels is not None
     labels = np.asarray(enc.labels).astype(np.int64)
     info: dict[str, Any] = label_info(labels, labels[tr], labels[te], 2)
@@ -330,6 +292,38 @@ def _ctr_label_view(
         test_ids=_frozen(te),
         info=info,
     )
+
+
+def _ctr_side(
+    spec: DataSpec, columns: tuple[str, ...], *, labels: bool, cache_dir: str | None
+) -> tuple[Any, Any, np.ndarray, np.ndarray]:
+    """One side's columns of a Criteo/Avazu file and its train/test positions.
+
+    ``labels=False`` (a node) never converts the label column; ``labels=True``
+    with no ``columns`` (the label party) converts no feature column.
+    """
+    from tpsl_flwr.data.ctr.views import encode_side, side_membership
+
+    fmt, enc = encode_side(
+        spec.dataset,
+        spec.data_path,
+        columns=columns,
+        labels=labels,
+        rows=spec.rows,
+        seed=int(spec.seed),
+        test_fraction=spec.test_fraction,
+        split=spec.split,
+        hash_buckets=spec.hash_buckets,
+        cache_dir=cache_dir,
+    )
+    tr, te = side_membership(
+        enc,
+        split=spec.split,
+        seed=int(spec.seed),
+        test_fraction=spec.test_fraction,
+        source=spec.data_path,
+    )
+    return fmt, enc, tr, te
 
 
 def _frozen(ids: np.ndarray) -> np.ndarray:
