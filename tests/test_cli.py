@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.experiments.config import FIELD_HELP, ExperimentConfig
+from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.config_fields import FIELD_HELP
 from tpsl_flwr.experiments.run import run_experiment
 from tpsl_flwr.label_store import LabelStore
 from tpsl_flwr.simulations.cli import build_parser, main

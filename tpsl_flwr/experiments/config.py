@@ -32,8 +32,13 @@ from tpsl_flwr.data import (
 from tpsl_flwr.data.bundled import BUNDLED, bundled_rows
 from tpsl_flwr.data.ctr.load import SPLITS
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.privacy.mechanisms import MECHANISMS, Mechanism, make_mechanism
-from tpsl_flwr.validation import PLACEMENTS, check_int, check_placement
+from tpsl_flwr.experiments.config_fields import (
+    DENOISE_PRIORS,
+    DENOISERS,
+    LR_SCHEDULES,
+)
+from tpsl_flwr.privacy.mechanisms import Mechanism, make_mechanism
+from tpsl_flwr.validation import check_int, check_placement
 
 LABEL_DIR = "label-party"
 _MAX_BUCKETS = 2**31 - 1
@@ -41,55 +46,6 @@ _MAX_BUCKETS = 2**31 - 1
 """The label party's folder under ``out_dir`` unless ``label_dir`` names one."""
 LABEL_PARTY_ONLY = frozenset({"noise_seed"})
 """Fields that never enter the run config (nodes must not learn them)."""
-FIELD_HELP: dict[str, str] = {
-    "dataset": "the dataset every party reads its columns of",
-    "data-path": "the Criteo/Avazu file (plain or .gz); needed by criteo and avazu",
-    "rows": "rows to load (0: the dataset's default size)",
-    "test-fraction": "probability of a record being a test record, in (0, 1)",
-    "split": "test records drawn at random by id, or by time (criteo/avazu "
-    "only: the last days or the last rows in file order)",
-    "hash-buckets": "criteo/avazu: hash buckets per categorical column "
-    "(0: the loader's default)",
-    "mechanism": "the label-DP mechanism of GradPerturb (none: no protection)",
-    "epsilon": "privacy budget of laplace and discrete",
-    "sigma": "noise std of gaussian",
-    "placement": "where GradPerturb applies: the logits (Section 4.2) or the cut "
-    "layer (Algorithm 3)",
-    "reuse-noise": "draw each sample's noise once and reuse it every epoch "
-    "(epsilon is spent once, not per epoch)",
-    "epochs": "training epochs",
-    "batch-size": "samples per training step",
-    "lr": "Adam learning rate of every model",
-    "steps-per-message": "training steps batched into one message per node",
-    "num-parties": "non-label parties (Flower nodes), each holding a column slice",
-    "embedding-dim": "width of each non-label party's embedding",
-    "bottom-hidden": "hidden width of each non-label party's bottom model",
-    "top-hidden": "hidden width of the label party's top model",
-    "seed": "seed of the data split, the model weights and the batch order",
-    "noise-seed": "label party only, never run config: derive the noise key from "
-    "this seed (reproducible, NOT secure); -1: a key from the OS",
-    "out-dir": "folder of results.json, report.md and the nodes' checkpoints",
-    "label-dir": "the label party's private folder (key, checkpoints); "
-    "empty: OUT-DIR/label-party",
-    "checkpoint": "checkpoint every party after each epoch (needed by resume)",
-    "audit": "attack the dispatched transcript every epoch (norm, cosine, "
-    "spectral, SDA AUCs in the results)",
-    "transcript-dir": "every non-label node records what it receives into this "
-    "folder (for tpsl-flwr attack); empty: no recording",
-    "resume": "continue from the last epoch checkpoint in out-dir",
-}
-"""One line of help per field (kebab-case key): the ``tpsl-flwr simulate`` flags.
-
-Every field of :class:`ExperimentConfig` has an entry, so adding a field adds a
-documented flag (:mod:`tpsl_flwr.simulations.cli_flags`).
-"""
-FIELD_CHOICES: dict[str, tuple[str, ...]] = {
-    "dataset": ALL_DATASETS,
-    "split": SPLITS,
-    "mechanism": MECHANISMS,
-    "placement": PLACEMENTS,
-}
-"""The valid values of the fields that name one of a fixed set."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +81,12 @@ class ExperimentConfig:
     epochs: int = 2
     batch_size: int = 256
     lr: float = 1e-2
+    lr_schedule: str = "constant"
+    weight_decay: float = 0.0
+    wide: bool = False
+    validation_fraction: float = 0.0
+    denoise: str = "none"
+    denoise_prior: str = "model"
     steps_per_message: int = 1
     num_parties: int = 2
     embedding_dim: int = 16
@@ -175,6 +137,7 @@ class ExperimentConfig:
             raise ConfigError(f"lr must be a number, got {lr!r}")
         if not (lr > 0 and math.isfinite(lr)):
             raise ConfigError(f"lr must be > 0 and finite, got {lr}")
+        self._check_training()
         for name in ("out_dir", "label_dir", "transcript_dir"):
             if not isinstance(getattr(self, name), str):
                 raise ConfigError(
@@ -191,6 +154,36 @@ class ExperimentConfig:
         # Validates mechanism, epsilon / sigma for the dataset's classes.
         self.make_mechanism(schema_classes(self.dataset))
         self._check_parties()
+
+    def _check_training(self) -> None:
+        """lr-schedule, weight-decay, validation-fraction and denoise."""
+        for key, choices in (
+            ("lr-schedule", LR_SCHEDULES),
+            ("denoise", DENOISERS),
+            ("denoise-prior", DENOISE_PRIORS),
+        ):
+            value = getattr(self, key.replace("-", "_"))
+            if value not in choices:
+                raise ConfigError(
+                    f"{key} must be one of {', '.join(choices)}, got {value!r}"
+                )
+        for key, low, high in (
+            ("weight-decay", 0.0, math.inf),
+            ("validation-fraction", 0.0, 0.5),
+        ):
+            value = getattr(self, key.replace("-", "_"))
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not low <= value < high
+            ):
+                raise ConfigError(f"{key} must be in [{low}, {high}), got {value!r}")
+        noisy_labels = ("laplace", "discrete")
+        if self.denoise == "posterior" and self.mechanism not in noisy_labels:
+            raise ConfigError(
+                "denoise = 'posterior' needs noisy labels (mechanism laplace or "
+                f"discrete), got mechanism {self.mechanism!r}"
+            )
 
     def _check_data(self) -> None:
         """Dataset, data-path, split, test-fraction, rows and hash-buckets."""

@@ -2,8 +2,8 @@
 
 Every run-config key is a ``tpsl-flwr simulate`` flag of the same kebab-case
 name (``num-parties`` -> ``--num-parties``), typed by the dataclass field, with
-its help from :data:`~tpsl_flwr.experiments.config.FIELD_HELP` and its valid
-values from :data:`~tpsl_flwr.experiments.config.FIELD_CHOICES`; booleans get
+its help from :data:`~tpsl_flwr.experiments.config_fields.FIELD_HELP` and its valid
+values from :data:`~tpsl_flwr.experiments.config_fields.FIELD_CHOICES`; booleans get
 ``--x/--no-x``. Adding a field to the dataclass (and its line of help) adds
 the flag. ``noise-seed``, a field that never enters the run config, is a flag
 of its own group, and so is ``--secure`` (how ``--engine deployment`` runs,
@@ -21,12 +21,8 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tpsl_flwr.experiments.config import (
-    FIELD_CHOICES,
-    FIELD_HELP,
-    LABEL_PARTY_ONLY,
-    ExperimentConfig,
-)
+from tpsl_flwr.experiments.config import LABEL_PARTY_ONLY, ExperimentConfig
+from tpsl_flwr.experiments.config_fields import FIELD_CHOICES, FIELD_HELP
 
 __all__ = [
     "SECURE_HELP",

@@ -1,0 +1,87 @@
+"""The run config's documentation: one line of help per key, and the choices.
+
+:mod:`tpsl_flwr.simulations.cli_flags` turns these into ``tpsl-flwr simulate``
+flags; :class:`~tpsl_flwr.experiments.config.ExperimentConfig` checks values
+against the choices.
+"""
+
+from __future__ import annotations
+
+from tpsl_flwr.data import ALL_DATASETS
+from tpsl_flwr.data.ctr.load import SPLITS
+from tpsl_flwr.privacy.mechanisms import MECHANISMS
+from tpsl_flwr.validation import PLACEMENTS
+
+LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine")
+"""Learning-rate schedules of every party's optimizer."""
+DENOISERS: tuple[str, ...] = ("none", "posterior")
+"""What the label party trains on (Malek et al. 2021's ALIBI-style posterior)."""
+DENOISE_PRIORS: tuple[str, ...] = ("model", "frequency")
+"""Where the posterior's prior comes from."""
+
+FIELD_HELP: dict[str, str] = {
+    "dataset": "the dataset every party reads its columns of",
+    "data-path": "the Criteo/Avazu file (plain or .gz); needed by criteo and avazu",
+    "rows": "rows to load (0: the dataset's default size)",
+    "test-fraction": "probability of a record being a test record, in (0, 1)",
+    "split": "test records drawn at random by id, or by time (criteo/avazu "
+    "only: the last days or the last rows in file order)",
+    "hash-buckets": "criteo/avazu: hash buckets per categorical column "
+    "(0: the loader's default)",
+    "mechanism": "the label-DP mechanism of GradPerturb (none: no protection)",
+    "epsilon": "privacy budget of laplace and discrete",
+    "sigma": "noise std of gaussian",
+    "placement": "where GradPerturb applies: the logits (Section 4.2) or the cut "
+    "layer (Algorithm 3)",
+    "reuse-noise": "draw each sample's noise once and reuse it every epoch "
+    "(epsilon is spent once, not per epoch)",
+    "epochs": "training epochs",
+    "batch-size": "samples per training step",
+    "lr": "Adam learning rate of every model",
+    "lr-schedule": "learning-rate schedule over the run: constant, or cosine "
+    "decay to 0 by the last step",
+    "weight-decay": "decoupled weight decay (AdamW) of every model; 0: plain Adam",
+    "wide": "add a wide (linear) part: each node's per-category weights and "
+    "numeric weights, summed into the logit by the label party",
+    "validation-fraction": "probability of a training record being held out "
+    "for validation (by id alone); each epoch is scored on its noisy labels and "
+    "the best epoch's models are restored at the end; 0: no validation",
+    "denoise": "what the label party trains on: the mechanism's noisy labels "
+    "(none, the paper), or their posterior given a prior (posterior; "
+    "post-processing, same epsilon)",
+    "denoise-prior": "prior of denoise=posterior: the current top model's "
+    "prediction (model) or class frequencies estimated from the noisy labels "
+    "(frequency)",
+    "steps-per-message": "training steps batched into one message per node",
+    "num-parties": "non-label parties (Flower nodes), each holding a column slice",
+    "embedding-dim": "width of each non-label party's embedding",
+    "bottom-hidden": "hidden width of each non-label party's bottom model",
+    "top-hidden": "hidden width of the label party's top model",
+    "seed": "seed of the data split, the model weights and the batch order",
+    "noise-seed": "label party only, never run config: derive the noise key from "
+    "this seed (reproducible, NOT secure); -1: a key from the OS",
+    "out-dir": "folder of results.json, report.md and the nodes' checkpoints",
+    "label-dir": "the label party's private folder (key, checkpoints); "
+    "empty: OUT-DIR/label-party",
+    "checkpoint": "checkpoint every party after each epoch (needed by resume)",
+    "audit": "attack the dispatched transcript every epoch (norm, cosine, "
+    "spectral, SDA AUCs in the results)",
+    "transcript-dir": "every non-label node records what it receives into this "
+    "folder (for tpsl-flwr attack); empty: no recording",
+    "resume": "continue from the last epoch checkpoint in out-dir",
+}
+"""One line of help per field (kebab-case key): the ``tpsl-flwr simulate`` flags.
+
+Every field of :class:`ExperimentConfig` has an entry, so adding a field adds a
+documented flag (:mod:`tpsl_flwr.simulations.cli_flags`).
+"""
+FIELD_CHOICES: dict[str, tuple[str, ...]] = {
+    "dataset": ALL_DATASETS,
+    "split": SPLITS,
+    "mechanism": MECHANISMS,
+    "placement": PLACEMENTS,
+    "lr-schedule": LR_SCHEDULES,
+    "denoise": DENOISERS,
+    "denoise-prior": DENOISE_PRIORS,
+}
+"""The valid values of the fields that name one of a fixed set."""
