@@ -1,15 +1,22 @@
 """A TPSL round trip on a local Flower deployment vs Ray and in-process; where it goes.
 
-Part 1 runs the SAME config (breast-cancer, batch 64, Laplace eps 1, 2
-non-label parties, 1 epoch, seeded noise key, transcript audit off) for each
-steps-per-message value (default 1 and 8) on three engines, one after the
-other, through :func:`~tpsl_flwr.experiments.run.run_experiment`:
+Part 1 runs the SAME config (breast-cancer, Laplace eps 1, 2 non-label
+parties, 1 epoch, seeded noise key, transcript audit off) for each batch size
+(default 64 and 1024) and steps-per-message value (default 1) on each engine,
+one after the other, through :func:`~tpsl_flwr.experiments.run.run_experiment`:
 
-- ``deployment``: a fresh ``DeploymentRuntime`` (``flower-superlink`` and 2
-  ``flower-supernode`` on loopback, every message in a fresh
-  ``flwr-clientapp`` process), ``flwr run`` of the app there;
+- ``deployment+worker``: a fresh ``DeploymentRuntime`` (``flower-superlink``
+  and 2 ``flower-supernode`` on loopback, every message in a fresh
+  ``flwr-clientapp`` process that imports no torch and forwards it to the
+  node's long-lived party worker, ``tpsl-flwr party``), ``flwr run`` there;
+- ``deployment``: the same without workers (each message's process imports
+  torch and rebuilds the party);
 - ``ray``: ``flwr run`` on Flower's Ray simulation;
 - ``in-process``: the in-process Grid, in this process.
+
+``--poll-interval S ...`` adds ``deployment+worker`` runs with
+``FLWR_SUPEREXEC_TASK_POLL_INTERVAL=S`` in the SuperNodes' environment (the
+SuperExec's wait between two task polls, 1 s by default; Flower reads it).
 
 Columns: ``s/round trip`` is ``round_trip_seconds``: the label party's epoch
 training seconds over the epoch's round trips (``ceil(batches / steps per
@@ -23,7 +30,13 @@ message; deployment/Ray samples/s >= 0.2 at batch 1024 (``--batch-size 64
 1024`` adds that row; breast-cancer has 456 training rows, so batch 1024 is
 one batch of 456).
 
-Part 2 measures, here, each component of one deployment round trip:
+Part 2 splits one worker round trip (SuperNode 0's log lines and its
+worker's own receive/answer times, one clock) into: SuperNode idle (reply sent
+-> next message received), SuperExec poll and spawn (received -> the
+``flwr-clientapp`` process starts), the process reaching the worker (start ->
+the worker receives), the step in the worker, and the way back (the worker
+answers -> the SuperNode sends the reply). Part 3 measures, here, each
+component of one deployment round trip without a worker:
 the SuperNode's idle poll sleep (its constant read from flwr's
 ``supernode/start_client_internal.py``, and the gap measured in the
 SuperNode log between a reply sent and the next message received), the time a
@@ -32,8 +45,9 @@ constants on that path, and the cost of the fresh ``flwr-clientapp`` process
 per message: each import and the data reload (``builtin_party``) and state
 decode, each in a fresh Python process, median of ``--repeats`` (3).
 
-Usage: ``python bench/deployment.py [--steps-per-message 1 8] [--batch-size 64]
-[--repeats 3]``. About 5 minutes on 2 cores.
+Usage: ``python bench/deployment.py [--steps-per-message 1] [--batch-size 64 1024]
+[--engines ...] [--poll-interval 0.05] [--repeats 3]``. About 10 minutes on 2
+cores.
 """
 
 from __future__ import annotations
@@ -56,7 +70,9 @@ from typing import Any
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import DEPLOYMENT_LOGS, run_experiment
 
-ENGINES = ("deployment", "ray", "in-process")
+ENGINES = ("deployment+worker", "deployment", "ray", "in-process")
+POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
+_WORKER = re.compile(r"worker \d+ (\S+) recv ([0-9.]+) sent ([0-9.]+)")
 ROUND_TRIP_TARGET = 1.5
 RATIO_TARGET = 0.2
 _EVENT = re.compile(r"(Receiving|Sending): (\S+) message|Start `flwr-clientapp`")
@@ -83,7 +99,7 @@ class LogTimer(threading.Thread):
             if handle is None and self.path.exists():
                 handle = self.path.open("r", encoding="utf-8", errors="replace")
             if handle is not None:
-                now = time.perf_counter()
+                now = time.time()  # the worker logs time.time() too
                 pending += handle.read()
                 *lines, pending = pending.split("\n")
                 for line in lines:
@@ -141,29 +157,78 @@ def config(batch: int, spm: int, out_dir: Path) -> ExperimentConfig:
     )
 
 
+def worker_breakdown(
+    events: list[tuple[float, str, str]], worker_log: Path
+) -> dict[str, list[float]]:
+    """Per train message served by worker 0: where its round trip went.
+
+    Matches each worker (recv, sent) pair with the SuperNode's last
+    ``Receiving: train`` and ``Start flwr-clientapp`` before it and its first
+    ``Sending: train`` after it.
+    """
+    served = [
+        (float(m.group(2)), float(m.group(3)))
+        for m in map(_WORKER.search, worker_log.read_text().splitlines())
+        if m is not None and m.group(1) == "train"
+    ]
+    received = [t for t, k, m in events if k == "Receiving" and m == "train"]
+    starts = [t for t, k, _ in events if k == "start"]
+    sent = [t for t, k, m in events if k == "Sending" and m == "train"]
+    parts: dict[str, list[float]] = {
+        "spawn": [],
+        "reach": [],
+        "step": [],
+        "back": [],
+    }
+    for recv, done in served:
+        before = [t for t in received if t <= recv]
+        start = [t for t in starts if t <= recv]
+        after = [t for t in sent if t >= done]
+        if not (before and start and after):
+            continue
+        parts["spawn"].append(start[-1] - before[-1])
+        parts["reach"].append(recv - start[-1])
+        parts["step"].append(done - recv)
+        parts["back"].append(after[0] - done)
+    return parts
+
+
 def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
     """Run ``cfg`` on ``engine``; the results plus wall s (and node log timings)."""
     started = time.perf_counter()
     timer = None
-    if engine == "deployment":
-        timer = LogTimer(
-            Path(cfg.out_dir).resolve() / DEPLOYMENT_LOGS / "supernode-0.log"
-        )
+    logs = Path(cfg.out_dir).resolve() / DEPLOYMENT_LOGS
+    deployed = engine.startswith("deployment")
+    poll = engine.partition("poll=")[2]
+    saved = os.environ.get(POLL_ENV)
+    if poll:
+        os.environ[POLL_ENV] = poll  # the SuperNodes inherit it
+    if deployed:
+        timer = LogTimer(logs / "supernode-0.log")
         timer.start()
     try:
         results = run_experiment(
             cfg,
-            "local" if engine == "in-process" else engine,
+            "deployment" if deployed else engine.replace("in-process", "local"),
             timeout=900,
             overwrite=True,
+            party_workers="+worker" in engine,
         )
     finally:
         if timer is not None:
             timer.done.set()
             timer.join(timeout=5)
+        if poll:
+            os.environ.pop(POLL_ENV)
+            if saved is not None:
+                os.environ[POLL_ENV] = saved
     results["wall_seconds"] = time.perf_counter() - started
     if timer is not None:
         results["node_gaps"] = timer.train_gaps()
+        if "+worker" in engine:
+            results["worker_parts"] = worker_breakdown(
+                timer.events, logs / "party-worker-0.log"
+            )
     if "round_trip_seconds" not in results:
         from tpsl_flwr.experiments.run import round_trip_seconds
 
@@ -175,7 +240,7 @@ def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
 _PARTY = """
 import time
 t0 = time.perf_counter()
-import tpsl_flwr.simulations.client_app as ca
+import tpsl_flwr.simulations.node_app as ca
 t1 = time.perf_counter()
 import numpy as np, torch
 from flwr.app import Context, RecordDict
@@ -208,8 +273,12 @@ _SNIPPETS = {
         "import torch",
         "torch.optim.Adam(torch.nn.Linear(30, 64).parameters(), lr=1e-3)",
     ),
-    "import tpsl_flwr.simulations.client_app (flwr + torch + project)": (
+    "import tpsl_flwr.simulations.client_app (the FAB's ClientApp: flwr, no torch)": (
         "import tpsl_flwr.simulations.client_app",
+        None,
+    ),
+    "import tpsl_flwr.simulations.node_app (flwr + torch + project)": (
+        "import tpsl_flwr.simulations.node_app",
         None,
     ),
 }
@@ -282,13 +351,53 @@ def _med(values: list[float]) -> str:
     return f"{statistics.median(values):.2f}" if values else "n/a"
 
 
+def print_worker_parts(
+    rows: dict[tuple[str, int, int], dict[str, Any]],
+    engines: list[str],
+    settings: list[tuple[int, int]],
+) -> None:
+    """Part 2: where one worker round trip goes, per deployment+worker run."""
+    print()
+    print(
+        "Where one deployment+worker round trip goes (train messages at "
+        "SuperNode 0 and its worker, medians, seconds):"
+    )
+    print()
+    print(
+        "| run | round trip | SuperNode idle (sent -> next received) "
+        "| SuperExec poll + spawn (received -> process start) "
+        "| process start -> worker receives | step in the worker "
+        "| worker answers -> SuperNode sends |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for batch, spm in settings:
+        for engine in engines:
+            r = rows.get((engine, batch, spm), {})
+            if "worker_parts" not in r:
+                continue
+            gaps, parts = r["node_gaps"], r["worker_parts"]
+            print(
+                f"| {engine}, batch {batch}, {spm} step(s)/msg "
+                f"| {_med(gaps['round_trip'])} | {_med(gaps['idle'])} "
+                f"| {_med(parts['spawn'])} | {_med(parts['reach'])} "
+                f"| {_med(parts['step'])} | {_med(parts['back'])} |"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--steps-per-message", type=int, nargs="+", default=[1, 8], dest="spms"
+        "--steps-per-message", type=int, nargs="+", default=[1], dest="spms"
     )
     parser.add_argument(
-        "--batch-size", type=int, nargs="+", default=[64], dest="batches"
+        "--batch-size", type=int, nargs="+", default=[64, 1024], dest="batches"
+    )
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES))
+    parser.add_argument(
+        "--poll-interval",
+        nargs="*",
+        default=[],
+        help=f"also deployment+worker with {POLL_ENV}=S (seconds)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes each")
     parser.add_argument("--out", type=Path, default=None, help="keep outputs here")
@@ -303,9 +412,11 @@ def main() -> None:
     load_before = os.getloadavg()
     rows: dict[tuple[str, int, int], dict[str, Any]] = {}
     settings = [(b, s) for b in args.batches for s in args.spms if b == 64 or s == 1]
+    engines = list(args.engines)
+    engines += [f"deployment+worker poll={p}" for p in args.poll_interval]
     for batch, spm in settings:
-        for engine in ENGINES:
-            tag = f"{engine}-b{batch}-spm{spm}"
+        for engine in engines:
+            tag = f"{engine.replace(' ', '-')}-b{batch}-spm{spm}"
             results = run_engine(engine, config(batch, spm, out / tag))
             rows[(engine, batch, spm)] = results
             print(
@@ -342,32 +453,31 @@ def main() -> None:
     print()
     print("| check | measured | target |")
     print("|---|---|---|")
+    deployed = [e for e in engines if e.startswith("deployment")]
     for batch, spm in settings:
-        dep, ray = rows[("deployment", batch, spm)], rows[("ray", batch, spm)]
-        local = rows[("in-process", batch, spm)]
-        ratio = dep["samples_per_second"] / ray["samples_per_second"]
-        local_ratio = dep["samples_per_second"] / local["samples_per_second"]
-        if spm == 1:
+        ray = rows.get(("ray", batch, spm))
+        for engine in deployed:
+            dep = rows[(engine, batch, spm)]
+            if spm == 1:
+                print(
+                    f"| {engine} round trip s, batch {batch}, 1 step/message "
+                    f"| {dep['round_trip_seconds']:.3f} | <= {ROUND_TRIP_TARGET} |"
+                )
+            if ray is None:
+                continue
+            ratio = dep["samples_per_second"] / ray["samples_per_second"]
+            target = f">= {RATIO_TARGET}" if batch == 1024 else "-"
             print(
-                f"| deployment round trip s, batch {batch}, 1 step/message "
-                f"| {dep['round_trip_seconds']:.3f} | <= {ROUND_TRIP_TARGET} |"
+                f"| {engine}/ray samples/s, batch {batch}, {spm} steps/message "
+                f"| {ratio:.4f} | {target} |"
             )
-        target = f">= {RATIO_TARGET}" if batch == 1024 else "-"
-        print(
-            f"| deployment/ray samples/s, batch {batch}, {spm} steps/message "
-            f"| {ratio:.4f} | {target} |"
-        )
-        print(
-            f"| deployment/in-process samples/s, batch {batch}, {spm} steps/message "
-            f"| {local_ratio:.5f} | - |"
-        )
-    if 1024 not in args.batches:
-        print(
-            f"| deployment/ray samples/s, batch 1024 | not run "
-            f"(--batch-size 64 1024) | >= {RATIO_TARGET} |"
-        )
+    print_worker_parts(rows, engines, settings)
 
     spm = min(args.spms)
+    if ("deployment", args.batches[0], spm) not in rows:
+        if tmp is not None:
+            tmp.cleanup()
+        return
     gaps = rows[("deployment", args.batches[0], spm)]["node_gaps"]
     idle_const, reply_const, task_const = (
         idle_sleep_constant(),
@@ -376,9 +486,9 @@ def main() -> None:
     )
     print()
     print(
-        f"Where one deployment round trip goes (batch {args.batches[0]}, {spm} step(s) "
-        "per message; SuperNode 0's log, train messages; fresh-process costs median of "
-        f"{args.repeats}):"
+        "Where one deployment round trip without a worker goes (batch "
+        f"{args.batches[0]}, {spm} step(s) per message; SuperNode 0's log, train "
+        f"messages; fresh-process costs median of {args.repeats}):"
     )
     print()
     print("| component | seconds | measured how |")

@@ -133,7 +133,10 @@ def test_simulate_engine_deployment_secure_wiring(tmp_path, monkeypatch, capsys)
     (runtime,) = _StandInRuntime.instances
     assert runtime.num_supernodes == 2
     assert runtime.log_dir == out.resolve() / DEPLOYMENT_LOGS
-    assert runtime.options == {"secure": True}
+    assert runtime.options["secure"] is True
+    assert runtime.options["party_workers"] is True  # the default
+    # the workers build their parties for the run config the nodes will see
+    assert runtime.options["worker_run_config"]["dataset"] == "breast-cancer"
     assert runtime.started and runtime.stopped
     # this project's app, the config's run config (absolute out-dir), no seed
     ((app_dir, run_config, _),) = runtime.runs
@@ -167,4 +170,4 @@ def test_simulate_without_secure_runs_plaintext(tmp_path, monkeypatch):
 
     # Act / Assert
     assert main(argv) == 0
-    assert _StandInRuntime.instances[0].options == {"secure": False}
+    assert _StandInRuntime.instances[0].options["secure"] is False

@@ -429,13 +429,15 @@ def test_flwr_run_simulation_runs_tpsl_app(tmp_path: Path) -> None:
 @pytest.mark.timeout(600)
 def test_deployment_runtime_runs_tpsl_app(tmp_path: Path) -> None:
     # Prepare: every message costs a fresh `flwr-clientapp` process per node
-    # plus the SuperNodes' 3 s polls, so keep it to 3 round trips: hello, one
-    # train message carrying all 4 steps (batch 128, steps-per-message 4), and
-    # the test-embedding query.
+    # (forwarding to the node's party worker) plus the SuperNodes' 3 s polls,
+    # so keep it to 3 round trips: hello, one train message carrying all 4
+    # steps (batch 128, steps-per-message 4), and the test-embedding query.
     out_dir = tmp_path / "out"
     config = _tpsl_config(out_dir, **{"steps-per-message": 4})
     failing = _tpsl_config(tmp_path / "failing", epsilon=0.0)  # ConfigError
-    runtime = DeploymentRuntime(2, tmp_path / "logs", startup_timeout=60)
+    runtime = DeploymentRuntime(
+        2, tmp_path / "logs", startup_timeout=60, party_workers=True
+    )
     start = time.perf_counter()
 
     # Execute: a good run, a failing run, then an exception inside the context
@@ -469,6 +471,9 @@ def test_deployment_runtime_runs_tpsl_app(tmp_path: Path) -> None:
     assert find_launched_processes(runtime.launch_id) == []
     assert (tmp_path / "logs" / "superlink.log").exists()
     assert (tmp_path / "logs" / "supernode-1.log").exists()
+    # the party workers served the run (same results as in-process, above)
+    served = (tmp_path / "logs" / "party-worker-1.log").read_text()
+    assert " train recv " in served and " query recv " in served
 
 
 def test_inprocess_bad_reply_becomes_error_reply() -> None:

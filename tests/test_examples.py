@@ -140,7 +140,12 @@ def test_example_learns_with_its_epsilon_and_nodes_never_read_labels(
     assert report.history[-1][example.metric] > example.threshold
     assert sorted(report.dispatched) == [0, 1]  # both nodes got gradients
     nodes = tmp_path / "checkpoints" / "nodes"
-    assert sorted(p.name for p in nodes.iterdir()) == ["party-0.pt", "party-1.pt"]
+    assert sorted(p.name for p in nodes.iterdir()) == [
+        "party-0.previous.pt",  # the epoch before: what a resume may need
+        "party-0.pt",
+        "party-1.previous.pt",
+        "party-1.pt",
+    ]
 
 
 @pytest.mark.parametrize("example", EXAMPLES_ALL)

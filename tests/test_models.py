@@ -17,7 +17,7 @@ from tpsl_flwr.data import (
     party_features,
 )
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.models import BottomModel, TopModel, num_outputs_for
+from tpsl_flwr.models import EMBEDDING_SD, BottomModel, TopModel, num_outputs_for
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -184,7 +184,7 @@ def test_init_matches_pytorch_default_scales() -> None:
     assert w.abs().max() <= bound
     assert w.abs().max() > 0.9 * bound
     emb = f.embedding.weight  # type: ignore[union-attr]
-    assert abs(emb.std().item() - 1.0) < 0.05
+    assert abs(emb.std().item() - EMBEDDING_SD) < 0.05 * EMBEDDING_SD
 
 
 def _to_tensors(features: PartyFeatures) -> tuple[torch.Tensor, torch.Tensor]:
@@ -273,3 +273,29 @@ def test_multiclass_top_model_learns_a_mixed_table() -> None:
         pred = h(f(xt[test], ct[test])).argmax(dim=1).numpy()
     assert h.num_outputs == k
     assert (pred == y[test]).mean() > 0.8
+
+
+def test_the_wide_part_adds_one_linear_column_that_starts_at_zero():
+    numeric = torch.randn(6, 2)
+    categorical = torch.tensor([[0, 1], [2, 0], [1, 1], [0, 0], [2, 1], [1, 0]])
+    deep = BottomModel(2, [3, 2], hidden=(5,), out_dim=4, generator=_g(0))
+    both = BottomModel(2, [3, 2], hidden=(5,), out_dim=4, generator=_g(0), wide=True)
+    out = both(numeric, categorical)
+    assert both.width == 5 and deep.width == 4 and out.shape == (6, 5)
+    # Same deep part from the same seed; the wide column is 0 at the start.
+    assert torch.equal(out[:, :4], deep(numeric, categorical))
+    assert torch.equal(out[:, 4], torch.zeros(6))
+    # It is linear: one weight per category and per numeric column.
+    with torch.no_grad():
+        for p in both.wide_parameters():
+            p.fill_(1.0)
+    expected = numeric.sum(dim=1) + 1.0 + 2.0  # bias + one weight per column
+    assert torch.allclose(both(numeric, categorical)[:, 4], expected)
+    top = TopModel(5, hidden=(3,), num_outputs=1, generator=_g(1), wide=True)
+    plain = TopModel(5, hidden=(3,), num_outputs=1, generator=_g(1))
+    emb = torch.randn(4, 5)
+    assert torch.equal(top(emb), plain(emb))  # the linear path starts at 0
+
+
+def _g(seed):
+    return torch.Generator().manual_seed(seed)

@@ -24,7 +24,8 @@ Real Flower processes, launched through Flower's CLI and ended by PID:
 * :mod:`~tpsl_flwr.engines.deployment`: a ``flower-superlink`` plus one
   ``flower-supernode`` per party on loopback, optionally over TLS with
   registered SuperNodes (:mod:`~tpsl_flwr.engines.deployment_security`,
-  :mod:`~tpsl_flwr.engines.certificates`);
+  :mod:`~tpsl_flwr.engines.certificates`), with a party worker beside each
+  SuperNode on request (:mod:`~tpsl_flwr.engines.party_workers`);
 * :mod:`~tpsl_flwr.engines.launch`: the public launcher names of the modules
   above, re-exported;
 * :mod:`~tpsl_flwr.engines.flower_run`: the TPSL app on Ray, results read back.

@@ -33,6 +33,7 @@ from tpsl_flwr.engines.flower_env import (
     write_run_config,
 )
 from tpsl_flwr.engines.flwr_cli import CompletedRun, flwr_run, query_status
+from tpsl_flwr.engines.party_workers import WORKER_SOCKET, PartyWorkers
 from tpsl_flwr.engines.processes import (
     LAUNCH_ID_ENV,
     FlowerLaunchError,
@@ -87,6 +88,11 @@ class DeploymentRuntime:
         With ``secure``: CA, SuperLink certificate and SuperNode key pairs,
         reused if present for ``num_supernodes``, else created there;
         ``None``: fresh ones in ``log_dir / "certificates"``.
+    party_workers : bool
+        TPSL app only: a party worker per SuperNode, built for
+        ``worker_run_config`` (:mod:`~tpsl_flwr.engines.party_workers`).
+    worker_run_config : Mapping[str, Any] | None
+        The full run config the nodes will see (app defaults + overrides).
 
     Examples
     --------
@@ -108,6 +114,9 @@ class DeploymentRuntime:
     connection: str = "tpsl-deployment"
     secure: bool = False
     certificates_dir: Path | None = None
+    party_workers: bool = False
+    worker_run_config: Mapping[str, Any] | None = None
+    workers: PartyWorkers | None = field(default=None, init=False)
     certificates: LocalCertificates | None = field(default=None, init=False)
     node_ids: list[int] = field(default_factory=list, init=False)
     launch_id: str = field(default_factory=lambda: uuid.uuid4().hex, init=False)
@@ -174,6 +183,11 @@ class DeploymentRuntime:
             self.certificates = security.prepare_certificates(
                 self.log_dir, self.certificates_dir, self.num_supernodes
             )
+        if self.party_workers:  # they load torch and data meanwhile
+            self.workers = PartyWorkers(
+                self.num_supernodes, self.log_dir, self.env, self.worker_run_config
+            )
+            self.workers.start()
         link_port, *node_ports = free_ports(1 + self.num_supernodes)
         self.address = f"127.0.0.1:{link_port}"
         security.write_connection(
@@ -206,6 +220,8 @@ class DeploymentRuntime:
             }
             if self.node_configs is not None:
                 node_config.update(self.node_configs[i])
+            if self.workers is not None:
+                node_config[WORKER_SOCKET] = str(self.workers.sockets[i])
             logs.append(self.log_dir / f"supernode-{i}.log")
             self._spawn(
                 [
@@ -225,6 +241,8 @@ class DeploymentRuntime:
         self._wait(self.superlink_healthy, deadline)
         found = security.log_contains
         self._wait(lambda: all(found(x, _SUPERNODE_READY_RE) for x in logs), deadline)
+        if self.workers is not None:
+            self._wait(self.workers.ready, deadline)
 
     def superlink_healthy(self) -> bool:
         """Whether the SuperLink answers ``GET /health`` (HTTPS if ``secure``)."""
@@ -358,9 +376,10 @@ class DeploymentRuntime:
         list[int]
             Sorted PIDs that were signalled (empty if nothing was running).
         """
-        ended = terminate_launched(self.launch_id, self._procs, self.grace_s)
+        ended = [] if self.workers is None else self.workers.stop(self.grace_s)
+        ended += terminate_launched(self.launch_id, self._procs, self.grace_s)
         self._procs.clear()
-        return ended
+        return sorted(set(ended))
 
     # ------------------------------------------------------------- helpers
     def _spawn(self, cmd: list[str], log_path: Path) -> None:

@@ -38,7 +38,7 @@ from tpsl_flwr.experiments.config_fields import (
     LR_SCHEDULES,
 )
 from tpsl_flwr.privacy.mechanisms import Mechanism, make_mechanism
-from tpsl_flwr.validation import check_int, check_placement
+from tpsl_flwr.validation import check_int, check_placement, check_positive_finite
 
 LABEL_DIR = "label-party"
 _MAX_BUCKETS = 2**31 - 1
@@ -100,6 +100,7 @@ class ExperimentConfig:
     audit: bool = False
     transcript_dir: str = ""
     resume: bool = False
+    reply_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         """Check every setting and every combination, from public schema only.
@@ -146,6 +147,7 @@ class ExperimentConfig:
                 )
         if not self.out_dir:
             raise ConfigError("out-dir must name a folder, got ''")
+        check_positive_finite(self.reply_timeout, "reply-timeout")
         if self.resume and not self.checkpoint:
             raise ConfigError(
                 "resume = true needs checkpoint = true (it continues from the "
@@ -178,6 +180,11 @@ class ExperimentConfig:
                 or not low <= value < high
             ):
                 raise ConfigError(f"{key} must be in [{low}, {high}), got {value!r}")
+        if self.validation_fraction and self.mechanism == "gaussian":
+            raise ConfigError(
+                "validation scores noisy labels, and mechanism 'gaussian' leaves "
+                "the labels clean; use validation-fraction = 0 with it"
+            )
         noisy_labels = ("laplace", "discrete")
         if self.denoise == "posterior" and self.mechanism not in noisy_labels:
             raise ConfigError(

@@ -69,6 +69,8 @@ FIELD_HELP: dict[str, str] = {
     "transcript-dir": "every non-label node records what it receives into this "
     "folder (for tpsl-flwr attack); empty: no recording",
     "resume": "continue from the last epoch checkpoint in out-dir",
+    "reply-timeout": "seconds the label party waits for every node's reply to a "
+    "message; a node silent that long stops the run with an error naming it",
 }
 """One line of help per field (kebab-case key): the ``tpsl-flwr simulate`` flags.
 

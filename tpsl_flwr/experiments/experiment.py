@@ -64,10 +64,11 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
     mechanism = cfg.make_mechanism(labels.num_classes)
     generator = torch.Generator().manual_seed(cfg.seed)
     top = TopModel(
-        cfg.num_parties * cfg.embedding_dim,
+        cfg.num_parties * (cfg.embedding_dim + cfg.wide),
         hidden=(cfg.top_hidden,),
         num_outputs=num_outputs_for(labels.num_classes),
         generator=generator,
+        wide=cfg.wide,
     )
     run_config = cfg.to_run_config()
     binding = NoiseBinding.of(
@@ -88,8 +89,10 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         mechanism,
         release.key,
         placement=cfg.placement,
-        optimizer=adam(cfg.lr),
+        optimizer=adam(cfg.lr, cfg.weight_decay),
         reuse_noise=cfg.reuse_noise,
+        denoise=cfg.denoise,
+        denoise_prior=cfg.denoise_prior,
     )
     strategy = TPSLStrategy(
         party,
@@ -102,6 +105,8 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         audit=cfg.audit,
         store=store if cfg.checkpoint else None,
         release=release,
+        validation_fraction=cfg.validation_fraction,
+        lr_schedule=cfg.lr_schedule,
     )
     facts = {
         "dataset": cfg.dataset,
@@ -123,19 +128,25 @@ def _jsonable(value: Any) -> Any:
 
 
 def run_label_party(
-    grid: Grid, cfg: ExperimentConfig, engine: str, timeout: float = 3600
+    grid: Grid, cfg: ExperimentConfig, engine: str, timeout: float | None = None
 ) -> dict[str, Any]:
-    """Run the experiment's label party on ``grid``; write and return the results."""
+    """Run the experiment's label party on ``grid``; write and return the results.
+
+    ``timeout``: seconds to wait for the nodes' replies to each message
+    (default ``cfg.reply_timeout``); a node silent that long stops the run.
+    """
     started = time.perf_counter()
     strategy, facts = build_strategy(cfg)
     key_origin = facts.pop("key_origin")
-    strategy.start(grid=grid, timeout=timeout)
+    wait = cfg.reply_timeout if timeout is None else timeout
+    strategy.start(grid=grid, timeout=wait)
     spent = strategy.privacy
     privacy = spent.to_dict()
     if not strategy.party.key.secure:
         privacy["notes"] = [*privacy.get("notes", []), SEEDED_KEY_NOTE]
     history = strategy.history
-    final = history[-1] if history else {}
+    best = strategy.best.epoch if strategy.best is not None else None
+    final = history[best] if best is not None else history[-1] if history else {}
     rates = [h["samples_per_second"] for h in history]
     results: dict[str, Any] = {
         "engine": engine,
@@ -157,6 +168,7 @@ def run_label_party(
         },
         "config": cfg.to_run_config(),
         "history": history,
+        "best_epoch": None if best is None else best + 1,
         **facts,
     }
     for key in ("test_auc", "test_accuracy", "test_logloss"):

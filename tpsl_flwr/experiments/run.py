@@ -96,6 +96,7 @@ def run_experiment(
     timeout: float = 3600.0,
     overwrite: bool | None = None,
     secure: bool = False,
+    party_workers: bool = True,
 ) -> dict[str, Any]:
     """Run the experiment ``cfg`` on ``engine``; return its results JSON.
 
@@ -133,6 +134,10 @@ def run_experiment(
     secure
         ``deployment`` only: TLS and authenticated SuperNodes (local
         certificates, loopback); ignored by the other engines.
+    party_workers
+        ``deployment`` only: a long-lived party worker beside each SuperNode
+        (:mod:`~tpsl_flwr.engines.party_workers`); ``False``: every message
+        runs in full in its own ``flwr-clientapp`` process.
 
     Returns
     -------
@@ -179,7 +184,9 @@ def run_experiment(
         from tpsl_flwr.experiments.experiment import provide_seeded_key
 
         provide_seeded_key(cfg)  # the label party's file; the seed stays here
-        return _run_on_deployment(cfg, secure=secure, echo=echo, timeout=timeout)
+        return _run_on_deployment(
+            cfg, secure=secure, echo=echo, timeout=timeout, workers=party_workers
+        )
     with (
         failed_on_error(cfg.out_dir),
         _one_torch_thread(),
@@ -280,10 +287,16 @@ def _absolute_paths(run_config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_on_deployment(
-    cfg: ExperimentConfig, *, secure: bool, echo: TextIO | None, timeout: float
+    cfg: ExperimentConfig,
+    *,
+    secure: bool,
+    echo: TextIO | None,
+    timeout: float,
+    workers: bool = True,
 ) -> dict[str, Any]:
     """``flwr run`` of the app on a fresh local deployment; its results JSON."""
     from tpsl_flwr.engines.deployment import DeploymentRuntime
+    from tpsl_flwr.engines.flower_env import app_config
     from tpsl_flwr.engines.flower_run import progress_line, source_app_dir
     from tpsl_flwr.engines.processes import FlowerLaunchError
     from tpsl_flwr.experiments.experiment import RESULTS_FILE
@@ -296,7 +309,11 @@ def _run_on_deployment(
     (out_dir / FAILED_FILE).unlink(missing_ok=True)
     with failed_on_error(out_dir):
         with DeploymentRuntime(
-            cfg.num_parties, out_dir / DEPLOYMENT_LOGS, secure=secure
+            cfg.num_parties,
+            out_dir / DEPLOYMENT_LOGS,
+            secure=secure,
+            party_workers=workers,
+            worker_run_config={**app_config(app), **run_config},
         ) as runtime:
             run = runtime.run(app, run_config, timeout=timeout, check=False)
         if echo is not None:
@@ -317,6 +334,7 @@ def _run_on_deployment(
             )
     results: dict[str, Any] = json.loads(results_path.read_text())
     results["engine"] = "deployment"
+    results["party_workers"] = workers
     results["flower_wall_seconds"] = run.wall_s
     results["round_trip_seconds"] = round_trip_seconds(results)
     write_atomic(results_path, json.dumps(results, indent=2))

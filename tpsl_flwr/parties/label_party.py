@@ -25,12 +25,41 @@ from tpsl_flwr.privacy.noisy_labels import (
     NoisyLabels,
     draw_noisy_labels,
 )
-from tpsl_flwr.privacy.perturb import cut_placement_backward, logits_placement_backward
+from tpsl_flwr.privacy.perturb import (
+    Denoiser,
+    cut_placement_backward,
+    logits_placement_backward,
+)
+from tpsl_flwr.privacy.posterior import (
+    DENOISE_PRIORS,
+    DENOISERS,
+    check_denoisable,
+    frequency_prior,
+    posterior_coefficients,
+)
 from tpsl_flwr.validation import check_labels, check_placement, check_sample_ids
 
 _STREAMS_PER_EPOCH = 4
+MODEL_PRIOR_CLIP = 1e-6
+"""The model prior's probabilities are clipped to ``[c, 1 - c]``."""
+_PRIOR_CHUNK = 1 << 16
 NOISE_CACHE_BYTES = 256 * 2**20
 """Most memory :class:`LabelParty` spends on precomputed per-sample noise."""
+
+
+def model_prior(logits: Tensor) -> np.ndarray:
+    """The top model's class probabilities ``(n, k)`` as a prior, clipped.
+
+    Sigmoid of one logit (binary) or softmax of ``k``, in float64, clipped to
+    ``[MODEL_PRIOR_CLIP, 1 - MODEL_PRIOR_CLIP]`` so no class is ruled out.
+    """
+    z = logits.detach().to(torch.float64)
+    if z.shape[1] == 1:
+        positive = torch.sigmoid(z[:, 0])
+        probs = torch.stack([1 - positive, positive], dim=1)
+    else:
+        probs = torch.softmax(z, dim=1)
+    return probs.clamp(MODEL_PRIOR_CLIP, 1 - MODEL_PRIOR_CLIP).numpy()
 
 
 def noise_stream(base: int, epoch: int, reuse_noise: bool) -> int:
@@ -71,6 +100,16 @@ class LabelParty:
         values as drawing per batch, at almost no cost per step. Streams whose
         noise would take more than this many bytes are drawn per batch; 0
         turns the cache off. Only the streams of the current epoch are kept.
+    denoise
+        ``"none"``: train on (and send gradients of) the noisy labels, as the
+        paper; ``"posterior"``: on their posterior given a prior (Malek et
+        al.'s ALIBI; post-processing, same epsilon; noisy-label mechanisms
+        only, :mod:`tpsl_flwr.privacy.posterior`).
+    denoise_prior
+        The posterior's prior: ``"model"``, the top model's current
+        prediction for the batch (same forward pass, detached), or
+        ``"frequency"``, class frequencies estimated once from all training
+        samples' noisy labels.
     """
 
     def __init__(
@@ -83,6 +122,8 @@ class LabelParty:
         optimizer: OptimizerFactory | None = None,
         reuse_noise: bool = True,
         noise_cache_bytes: int = NOISE_CACHE_BYTES,
+        denoise: str = "none",
+        denoise_prior: str = "model",
     ) -> None:
         self.top = top
         self.labels = check_labels(labels, mechanism.num_classes)
@@ -94,6 +135,18 @@ class LabelParty:
         self.steps = 0
         self.noise_cache_bytes = int(noise_cache_bytes)
         self._noise_cache: dict[tuple[int, int | None], NoisyLabels] = {}
+        for name, value, choices in (
+            ("denoise", denoise, DENOISERS),
+            ("denoise_prior", denoise_prior, DENOISE_PRIORS),
+        ):
+            if value not in choices:
+                raise ConfigError(
+                    f"{name} must be one of {', '.join(choices)}, got {value!r}"
+                )
+        if denoise == "posterior":
+            check_denoisable(mechanism)
+        self.denoise, self.denoise_prior = denoise, denoise_prior
+        self._frequency_priors: dict[int, np.ndarray] = {}
 
     @property
     def num_outputs(self) -> int:
@@ -147,6 +200,48 @@ class LabelParty:
         self._noise_cache[(stream, width)] = found
         return found
 
+    def _frequency_prior(self, stream: int) -> np.ndarray:
+        """Class frequencies estimated from every training sample's noisy label."""
+        found = self._frequency_priors.get(stream)
+        if found is not None:
+            return found
+        cached = self._all_noise(stream, None)
+        if cached is not None:
+            coefficients = cached.coefficients
+        else:  # over the cache cap: draw in chunks, keep only the sum
+            n, k = self.labels.size, self.mechanism.num_classes
+            coefficients = np.zeros((1, k))
+            for start in range(0, n, _PRIOR_CHUNK):
+                ids = np.arange(start, min(start + _PRIOR_CHUNK, n), dtype=np.int64)
+                chunk = draw_noisy_labels(
+                    self.mechanism, self.labels[ids], ids, self.key, stream
+                )
+                coefficients = coefficients + chunk.coefficients.sum(0) / n
+        found = frequency_prior(mechanism=self.mechanism, coefficients=coefficients)
+        self._frequency_priors = {stream: found}
+        return found
+
+    def _denoiser(self, epoch: int) -> Denoiser | None:
+        """The posterior of the batch's noisy labels (None: train on them as is)."""
+        if self.denoise == "none":
+            return None
+        fixed = None
+        if self.denoise_prior == "frequency":
+            stream = noise_stream(STREAM_TRANSCRIPT, epoch, self.reuse_noise)
+            fixed = self._frequency_prior(stream)
+
+        def posterior(logits: Tensor, noisy: NoisyLabels) -> NoisyLabels:
+            prior = model_prior(logits) if fixed is None else fixed
+            return NoisyLabels(
+                posterior_coefficients(
+                    mechanism=self.mechanism,
+                    coefficients=noisy.coefficients,
+                    prior=prior,
+                )
+            )
+
+        return posterior
+
     def check_ids(self, sample_ids: object) -> np.ndarray:
         """Validate training sample ids against the labels held."""
         ids = check_sample_ids(sample_ids)
@@ -179,8 +274,9 @@ class LabelParty:
         Raises
         ------
         PrivacyError
-            If the embeddings are not finite or do not fit the batch; nothing
-            is updated or returned then (fail closed).
+            If the embeddings, the posterior or the gradient are not finite,
+            or the embeddings do not fit the batch; nothing is updated or
+            returned then (fail closed).
         """
         ids = self.check_ids(sample_ids)
         emb = torch.as_tensor(embeddings, dtype=torch.float32)
@@ -197,11 +293,16 @@ class LabelParty:
             transcript_width = emb.shape[1]
         base = STREAM_CUT_GAUSSIAN if transcript_width else STREAM_TRANSCRIPT
         transcript = self._noisy(ids, base, epoch, transcript_width)
+        denoise = self._denoiser(epoch)
         if self.placement == "logits":
-            grad, _ = logits_placement_backward(self.top, emb, transcript)
+            grad, _ = logits_placement_backward(
+                self.top, emb, transcript, denoise=denoise
+            )
         else:
             update = self._noisy(ids, STREAM_TOP_UPDATE, epoch)
-            grad, _ = cut_placement_backward(self.top, emb, transcript, update)
+            grad, _ = cut_placement_backward(
+                self.top, emb, transcript, update, denoise=denoise
+            )
         if not torch.isfinite(grad).all():
             self.optimizer.zero_grad()
             raise PrivacyError("the perturbed gradient is not finite; nothing sent")

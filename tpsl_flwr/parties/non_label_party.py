@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.parties.optim import OptimizerFactory, adam
+from tpsl_flwr.parties.optim import OptimizerFactory, adam, set_lr_scale
 from tpsl_flwr.validation import check_sample_ids
 
 FeatureSplit = tuple[np.ndarray, np.ndarray | None] | np.ndarray
@@ -160,6 +160,10 @@ class NonLabelParty:
         self.optimizer.zero_grad()
         out.backward(grad)
         self.optimizer.step()
+
+    def set_lr_scale(self, scale: float) -> None:
+        """Scale the optimizer's initial learning rate (the label party's schedule)."""
+        set_lr_scale(self.optimizer, scale)
 
     def state_dict(self) -> dict[str, Any]:
         """Bottom model and optimizer state."""

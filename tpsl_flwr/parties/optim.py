@@ -1,7 +1,13 @@
-"""Optimizer factories: each party builds its optimizer over its own model."""
+"""Optimizer factories and the learning-rate schedule every party follows.
+
+Each party builds its optimizer over its own model. The label party decides the
+schedule (it counts the steps) and tells the nodes each step's learning-rate
+scale with the gradients it applies to, so all models follow one schedule.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -9,13 +15,65 @@ import torch
 
 from tpsl_flwr.errors import ConfigError
 
-__all__ = ["OptimizerFactory", "adam"]
+__all__ = ["OptimizerFactory", "adam", "lr_scale", "set_lr_scale"]
 
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
+SCHEDULES = ("constant", "cosine")
 
 
-def adam(lr: float) -> OptimizerFactory:
-    """An optimizer factory: Adam with learning rate ``lr``."""
+def adam(lr: float, weight_decay: float = 0.0) -> OptimizerFactory:
+    """An optimizer factory: Adam, or AdamW when ``weight_decay > 0``.
+
+    AdamW's decay is decoupled from the gradient (Loshchilov and Hutter,
+    "Decoupled Weight Decay Regularization", ICLR 2019): it shrinks the
+    weights towards 0 by ``lr * weight_decay`` per step, whatever the noise in
+    the gradient, which is what keeps a model trained on noisy labels from
+    fitting them ever harder.
+    """
     if not lr > 0:
         raise ConfigError(f"lr must be > 0, got {lr}")
-    return lambda params: torch.optim.Adam(params, lr=lr)
+    if not weight_decay >= 0:
+        raise ConfigError(f"weight_decay must be >= 0, got {weight_decay}")
+    if weight_decay == 0:
+        return lambda params: torch.optim.Adam(params, lr=lr)
+    return lambda params: torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
+def lr_scale(schedule: str, step: int, total_steps: int) -> float:
+    """The learning-rate multiplier of ``step`` (0-based) of ``total_steps``.
+
+    ``constant``: 1. ``cosine``: ``(1 + cos(pi * step / total_steps)) / 2``,
+    from 1 at the first step to almost 0 at the last (Loshchilov and Hutter,
+    "SGDR", ICLR 2017, without restarts).
+
+    Examples
+    --------
+    >>> lr_scale("cosine", 0, 10), lr_scale("cosine", 5, 10)
+    (1.0, 0.5)
+    >>> lr_scale("constant", 9, 10)
+    1.0
+    """
+    if schedule not in SCHEDULES:
+        raise ConfigError(
+            f"lr schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}"
+        )
+    if total_steps < 1 or not 0 <= step:
+        raise ConfigError(
+            f"step {step} of {total_steps} total steps is not a training step"
+        )
+    if schedule == "constant":
+        return 1.0
+    return 0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / total_steps))
+
+
+def set_lr_scale(optimizer: torch.optim.Optimizer, scale: float) -> None:
+    """Set every parameter group's learning rate to its initial one times ``scale``.
+
+    The initial rate is remembered in the group (``initial_lr``, as torch's
+    schedulers do), so scales do not compound and survive ``state_dict``.
+    """
+    if not (0.0 <= scale <= 1.0 and math.isfinite(scale)):
+        raise ConfigError(f"lr scale must be in [0, 1], got {scale!r}")
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])
+        group["lr"] = group["initial_lr"] * scale

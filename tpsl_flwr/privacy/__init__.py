@@ -11,6 +11,8 @@ numpy (and torch where gradients are applied) only; no Flower.
   :mod:`~tpsl_flwr.privacy.noisy_labels`: the exact samplers.
 * :mod:`~tpsl_flwr.privacy.perturb`: GradPerturb as one backward pass of a
   coefficient-weighted loss.
+* :mod:`~tpsl_flwr.privacy.posterior`: noise-aware training, the posterior of
+  the true label given its noisy release (post-processing).
 * :mod:`~tpsl_flwr.privacy.accounting`, :mod:`~tpsl_flwr.privacy.closed_forms`,
   :mod:`~tpsl_flwr.privacy.empirical`: the budget, the attack ceilings and
   closed forms, and empirical lower bounds on epsilon.

@@ -19,6 +19,8 @@ and the noise is in per-sample units before that division.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -93,8 +95,16 @@ def coefficient_loss(
     return loss
 
 
+Denoiser = Callable[[Tensor, NoisyLabels], NoisyLabels]
+"""Maps (detached logits, noisy labels) to the labels trained on (a posterior)."""
+
+
 def logits_placement_backward(
-    top: nn.Module, embeddings: Tensor, noisy: NoisyLabels
+    top: nn.Module,
+    embeddings: Tensor,
+    noisy: NoisyLabels,
+    *,
+    denoise: Denoiser | None = None,
 ) -> tuple[Tensor, Tensor]:
     """One backward pass with the noise at the logits (Section 4.2).
 
@@ -108,6 +118,10 @@ def logits_placement_backward(
         ``(n, d)`` cut-layer embeddings received from the non-label parties.
     noisy
         The batch's randomized labels (drawn once per sample).
+    denoise
+        If given, called with the detached logits of this forward pass and
+        ``noisy``; its result replaces ``noisy`` (noise-aware training,
+        :mod:`tpsl_flwr.privacy.posterior`).
 
     Returns
     -------
@@ -117,6 +131,8 @@ def logits_placement_backward(
     """
     cut = embeddings.detach().requires_grad_(True)
     logits = top(cut)
+    if denoise is not None:
+        noisy = denoise(logits.detach(), noisy)
     coefficient_loss(logits, noisy).backward()
     assert cut.grad is not None
     return cut.grad.detach(), logits.detach()
@@ -127,6 +143,8 @@ def cut_placement_backward(
     embeddings: Tensor,
     transcript_noisy: NoisyLabels,
     update_noisy: NoisyLabels,
+    *,
+    denoise: Denoiser | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Perturb the cut-layer gradient and the top update separately (Algorithm 3).
 
@@ -141,6 +159,8 @@ def cut_placement_backward(
         baseline its noise has the cut-layer width ``d``).
     update_noisy
         Independently randomized labels behind the top-model update.
+    denoise
+        As in :func:`logits_placement_backward`, applied to both.
 
     Returns
     -------
@@ -149,6 +169,9 @@ def cut_placement_backward(
     """
     cut = embeddings.detach().requires_grad_(True)
     logits = top(cut)
+    if denoise is not None:
+        transcript_noisy = denoise(logits.detach(), transcript_noisy)
+        update_noisy = denoise(logits.detach(), update_noisy)
     transcript_loss = coefficient_loss(logits, transcript_noisy, additive_on=cut)
     (cut_grad,) = torch.autograd.grad(transcript_loss, cut, retain_graph=True)
     params = [p for p in top.parameters() if p.requires_grad]

@@ -32,6 +32,7 @@ from tpsl_flwr.privacy.mechanisms import MECHANISMS
 from tpsl_flwr.simulations import cli_commands as commands
 from tpsl_flwr.simulations.cli_commands import EXIT_USAGE, EXIT_VIOLATION
 from tpsl_flwr.simulations.cli_flags import add_config_flags, integer, number
+from tpsl_flwr.simulations.party_worker import add_party_parser
 
 __all__ = ["EXIT_USAGE", "EXIT_VIOLATION", "build_parser", "main"]
 
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_flower_run(subparsers)
     _add_keygen(subparsers)
     _add_attack(subparsers)
+    add_party_parser(subparsers)
     return parser
 
 

@@ -119,6 +119,13 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         "engine", "how the engine runs; never in the run config"
     )
     group.add_argument("--secure", action="store_true", help=SECURE_HELP)
+    group.add_argument(
+        "--no-party-workers",
+        dest="party_workers",
+        action="store_false",
+        help="--engine deployment: no party worker beside each SuperNode (every "
+        "message then runs in full in a fresh flwr-clientapp process; slower)",
+    )
 
 
 def add_config_flags(

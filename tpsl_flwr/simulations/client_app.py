@@ -1,71 +1,77 @@
-"""The project's ClientApp: the wire's node handlers over the built-in data.
+"""The project's ClientApp (the FAB's ``clientapp``): light to import, no torch.
 
-A node's process parses only its own feature columns and ids
-(:meth:`~tpsl_flwr.experiments.config.ExperimentConfig.load_party`), never a
-label; the handlers and the protocol are :mod:`tpsl_flwr.wire.client_app`.
+On Flower's deployment runtime every message runs in a fresh
+``flwr-clientapp`` process that imports this module, so it imports only
+Flower and this package's light modules. Each message then goes:
+
+- to the node's **party worker** when the node config names its socket
+  (``worker-socket``, e.g. ``flower-supernode --node-config "partition-id=0
+  num-partitions=2 worker-socket='/run/tpsl/party-0.sock'"``): the worker
+  (``tpsl-flwr party``, :mod:`tpsl_flwr.simulations.party_worker`) keeps
+  torch, the data, the party and the node's state loaded and runs the same
+  ClientApp (:data:`tpsl_flwr.simulations.node_app.app`); this process
+  forwards the message and returns the worker's reply content
+  (:func:`~tpsl_flwr.wire.worker_link.ask_worker`);
+- otherwise to :data:`tpsl_flwr.simulations.node_app.app` in this process
+  (imported on the first message), as before: the in-process engine, Ray and
+  a deployment without workers behave exactly as they did.
+
+A node's process parses only its own feature columns and ids, never a label;
+the handlers and the protocol are :mod:`tpsl_flwr.wire.client_app`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib
+from typing import Any
 
-import torch
-from flwr.app import Context
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
 
-from tpsl_flwr.errors import ProtocolError
-from tpsl_flwr.experiments.config import ExperimentConfig
-from tpsl_flwr.models import BottomModel
-from tpsl_flwr.parties import NonLabelParty, adam
-from tpsl_flwr.wire.client_app import make_client_app, partition_of
-from tpsl_flwr.wire.recorder import record_if_configured
+from tpsl_flwr.wire.worker_link import WORKER_SOCKET, ask_worker
+
+__all__ = ["ForwardingClientApp", "app"]
+
+_NODE_APP = "tpsl_flwr.simulations.node_app"
 
 
-def builtin_party(context: Context) -> NonLabelParty:
-    """A non-label party over its own columns of a built-in dataset.
+class ForwardingClientApp(ClientApp):
+    """A ClientApp that hands each message to a party worker or to ``target``.
 
-    The node's process parses only its own feature columns (and ids): no label
-    column is read, for any dataset (:func:`~tpsl_flwr.data.load_party_view`).
+    Parameters
+    ----------
+    target
+        ``"module:attribute"`` of the ClientApp that handles messages here
+        when the node config names no ``worker-socket``; imported on first use.
     """
-    cfg = ExperimentConfig.from_run_config(context.run_config)
-    partition, parties = partition_of(context)
-    if parties != cfg.num_parties:
-        raise ProtocolError(
-            f"this node is partition {partition} of {parties}, but the run config "
-            f"has num-parties = {cfg.num_parties}"
-        )
-    view = cfg.load_party(partition)
-    train, test = view.train, view.test
-    generator = torch.Generator().manual_seed(cfg.seed * 1000 + partition + 1)
-    bottom = BottomModel(
-        train.numeric.shape[1],
-        train.cardinalities,
-        hidden=(cfg.bottom_hidden,),
-        out_dim=cfg.embedding_dim,
-        generator=generator,
-    )
-    return NonLabelParty(
-        {
-            "train": (train.numeric, train.categorical),
-            "test": (test.numeric, test.categorical),
-        },
-        bottom,
-        adam(cfg.lr),
-    )
+
+    def __init__(self, target: str) -> None:
+        super().__init__()
+        self.target = target
+        self._app: ClientApp | None = None
+
+    def local_app(self) -> ClientApp:
+        """The ClientApp that runs messages in this process (imported once)."""
+        if self._app is None:
+            module, _, attribute = self.target.partition(":")
+            self._app = getattr(importlib.import_module(module), attribute)
+        return self._app
+
+    def __call__(self, message: Message, context: Context) -> Message:
+        """Forward to the worker named in the node config, else run locally."""
+        path = context.node_config.get(WORKER_SOCKET)
+        if not path:
+            return self.local_app()(message, context)
+        content = ask_worker(str(path), message, context)
+        return Message(content, reply_to=message)
 
 
-def builtin_checkpoint_dir(context: Context) -> Path | None:
-    """``out-dir/checkpoints`` when the run config has ``checkpoint = true``.
-
-    ``out-dir`` is taken as the run config states it (a relative one is
-    relative to the node process's working directory, as for the label party).
-    """
-    cfg = ExperimentConfig.from_run_config(context.run_config)
-    return Path(cfg.out_dir) / "checkpoints" if cfg.checkpoint else None
-
-
-app = make_client_app(
-    builtin_party,
-    mods=[record_if_configured],
-    checkpoint_dir=builtin_checkpoint_dir,
-)
+app = ForwardingClientApp(f"{_NODE_APP}:app")
 """The project's ClientApp; ``transcript-dir`` in the run config records it."""
+
+
+def __getattr__(name: str) -> Any:
+    """``builtin_party``/``builtin_checkpoint_dir`` from the torch module, lazily."""
+    if name in ("builtin_party", "builtin_checkpoint_dir"):
+        return getattr(importlib.import_module(_NODE_APP), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

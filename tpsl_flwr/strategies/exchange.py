@@ -9,6 +9,14 @@ public ``push_messages``/``pull_messages`` calls, but polls after 1 ms, then
 backs off by doubling up to ``max_interval``, so a round trip costs about the
 nodes' time to answer. Every message the label party sends passes here, and
 is checked against the protocol's allow-list before it leaves.
+
+A node that stops answering is bounded by ``timeout`` (the run config's
+``reply-timeout``, 60 s by default): when it passes, each node still silent
+gets an error reply in its own name (:data:`NO_REPLY`), so the caller's
+:func:`~tpsl_flwr.wire.label_side.check_replies` stops the run with one error
+naming the node and its partition. Flower's own error reply for a SuperNode
+whose heartbeats stopped comes from the SuperLink; it is re-addressed to the
+node too.
 """
 
 from __future__ import annotations
@@ -16,19 +24,31 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from flwr.app import Message
+from flwr.app import Error, Message
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
 from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.validation import check_positive_finite
 from tpsl_flwr.wire.protocol import check_outgoing
 
-__all__ = ["FIRST_INTERVAL", "MAX_INTERVAL", "exchange", "wait_for_nodes"]
+__all__ = [
+    "FIRST_INTERVAL",
+    "MAX_INTERVAL",
+    "NOT_DELIVERED",
+    "NO_REPLY",
+    "exchange",
+    "wait_for_nodes",
+]
 
 FIRST_INTERVAL = 0.001
 """Seconds before the second pull."""
 MAX_INTERVAL = 0.02
 """Default longest sleep between pulls (at most 50 pulls a second)."""
+NO_REPLY = "no reply within {timeout:g} s, the reply-timeout"
+"""Reason of the error reply :func:`exchange` makes for a node silent too long."""
+NOT_DELIVERED = "the grid did not accept the message for this node"
+"""Reason of the error reply for a message the grid refused to push."""
 
 
 def exchange(
@@ -46,15 +66,19 @@ def exchange(
     messages
         Instruction messages.
     timeout
-        Seconds to wait for all replies (``None``: no limit); replies that have
-        not come by then are missing from the result, as with Flower.
+        Seconds to wait for all replies (``None``: no limit). A node that has
+        not replied by then gets an error reply in its name, code
+        ``NODE_UNAVAILABLE``, reason :data:`NO_REPLY`; so does a node whose
+        message the grid did not accept (:data:`NOT_DELIVERED`).
     max_interval
         Longest sleep between two pulls, in seconds.
 
     Returns
     -------
     list of Message
-        The replies received, in arrival order.
+        The replies received, in arrival order, then the error replies made
+        here. An error reply Flower makes for a node (``src_node_id`` the
+        SuperLink's) is re-addressed to that node.
 
     Raises
     ------
@@ -68,7 +92,7 @@ def exchange(
     outgoing = list(messages)
     for message in outgoing:
         check_outgoing(message.content)
-    waiting = set(grid.push_messages(outgoing))
+    waiting = {i for i in grid.push_messages(outgoing) if i is not None}
     deadline = None if timeout is None else time.monotonic() + timeout
     replies: list[Message] = []
     interval = min(FIRST_INTERVAL, max_interval)
@@ -86,7 +110,35 @@ def exchange(
         else:
             time.sleep(interval)
         interval = min(2 * interval, max_interval)
-    return replies
+    return _in_the_nodes_names(outgoing, replies, waiting, timeout)
+
+
+def _in_the_nodes_names(
+    outgoing: list[Message],
+    replies: list[Message],
+    waiting: set[str],
+    timeout: float | None,
+) -> list[Message]:
+    """``replies``, each error in its node's name, plus one for each silent node."""
+    sent = {m.metadata.message_id: m for m in outgoing if m.metadata.message_id}
+    named = []
+    for reply in replies:
+        message = sent.get(reply.metadata.reply_to_message_id)
+        if (
+            message is not None
+            and reply.has_error()
+            and reply.metadata.src_node_id != message.metadata.dst_node_id
+        ):
+            reply = Message(reply.error, reply_to=message)
+        named.append(reply)
+    answered = {reply.metadata.reply_to_message_id for reply in replies}
+    for message_id, message in sent.items():
+        if message_id in answered:
+            continue
+        reason = NO_REPLY.format(timeout=timeout) if message_id in waiting else None
+        error = Error(ErrorCode.NODE_UNAVAILABLE, reason or NOT_DELIVERED)
+        named.append(Message(error, reply_to=message))
+    return named
 
 
 def wait_for_nodes(grid: Grid, expected: int | None, wait: float) -> list[int]:

@@ -19,7 +19,6 @@ updated, parameters. ``K = 1`` is exact sequential split learning.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from logging import INFO
@@ -37,6 +36,7 @@ from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.evaluation import classification_metrics
 from tpsl_flwr.label_store import LabelStore, Release
 from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.parties.optim import lr_scale
 from tpsl_flwr.privacy.accounting import PrivacySpent, privacy_spent
 from tpsl_flwr.strategies.epoch_log import (
     TPSLResult,
@@ -44,7 +44,14 @@ from tpsl_flwr.strategies.epoch_log import (
     progress_line,
     record_epoch,
 )
+from tpsl_flwr.strategies.epoch_loop import (
+    scale_setting,
+    schedule_step,
+    send_to_all,
+    train_epoch,
+)
 from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange, wait_for_nodes
+from tpsl_flwr.strategies.selection import Validation
 from tpsl_flwr.validation import check_int, check_positive_finite
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.label_side import (
@@ -69,6 +76,7 @@ class _StepState:
     in_flight: list[np.ndarray] = field(default_factory=list)
     pending: list[tuple[np.ndarray, torch.Tensor]] = field(default_factory=list)
     samples: int = 0
+    scale: float = 1.0
 
 
 class TPSLStrategy(Strategy):
@@ -115,6 +123,14 @@ class TPSLStrategy(Strategy):
         run: on resume the party's state, the epochs done and their history
         are restored from it, and the nodes are told to load their
         checkpoints. Its key must be ``label_party``'s.
+    validation_fraction
+        Hold out this fraction of the training ids, by a hash of the id alone,
+        score every epoch on their noisy labels and restore the best epoch's
+        models at the end (:mod:`~tpsl_flwr.strategies.selection`); 0: train
+        on every id and keep the last epoch.
+    lr_schedule
+        ``constant`` or ``cosine`` (:func:`~tpsl_flwr.parties.optim.lr_scale`);
+        each message tells the nodes the scale of the gradients it carries.
 
     See ``docs/embedding.md`` for the contracts of both parties and for
     resuming an embedded run.
@@ -136,6 +152,8 @@ class TPSLStrategy(Strategy):
         poll_interval: float = MAX_INTERVAL,
         store: LabelStore | None = None,
         release: Release | None = None,
+        validation_fraction: float = 0.0,
+        lr_schedule: str = "constant",
     ) -> None:
         for name, value in (
             ("batch_size", batch_size),
@@ -162,6 +180,10 @@ class TPSLStrategy(Strategy):
         self.start_epoch = 0
         self.store = store
         self._state = _StepState()
+        self.lr_schedule = lr_schedule
+        lr_scale(lr_schedule, 0, 1)  # refuses an unknown schedule
+        self.validation = Validation(self.num_train, validation_fraction, order_seed)
+        self.best = self.validation.best if self.validation.active else None
         if release is not None:
             self._restore(release)
 
@@ -176,6 +198,8 @@ class TPSLStrategy(Strategy):
             self.party.load_state_dict(release.party_state)
             self.start_epoch = release.start_epoch
             self.history = list(release.history)
+            if self.best is not None and "best" in release.party_state:
+                self.best.load_state_dict(release.party_state["best"])
 
     @property
     def privacy(self) -> PrivacySpent:
@@ -204,9 +228,9 @@ class TPSLStrategy(Strategy):
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """The epoch's batches: a shuffle seeded by ``(order_seed, epoch)`` only."""
-        order = np.random.default_rng([self.order_seed, epoch]).permutation(
-            self.num_train
-        )
+        rng = np.random.default_rng([self.order_seed, epoch])
+        pool = self.validation.pool
+        order = pool[rng.permutation(pool.size)]
         return [
             order[i : i + self.batch_size]
             for i in range(0, order.size, self.batch_size)
@@ -234,10 +258,9 @@ class TPSLStrategy(Strategy):
         a zeros row).
         """
         node_ids = wait_for_nodes(grid, self.num_nodes, self.node_wait)
-        replies = exchange(
-            grid, hello_messages(node_ids, resume_epoch), timeout, self.poll_interval
-        )
-        nodes = describe_nodes(check_replies([], replies, node_ids))
+        hello = hello_messages(node_ids, resume_epoch)  # may start each node's app
+        replies = exchange(grid, hello, timeout + self.node_wait, self.poll_interval)
+        nodes = describe_nodes(replies, node_ids, self.num_nodes)
         n_test = None if self.test_labels is None else int(self.test_labels.size)
         check_sample_counts(nodes, num_train=self.num_train, num_test=n_test)
         check_top_model(self.party.top, nodes, self.party.num_outputs)
@@ -253,6 +276,7 @@ class TPSLStrategy(Strategy):
         ]
         state.cursor += len(state.in_flight)
         settings = {P.EPOCH: state.epoch, P.ROUND: server_round, P.SPLIT: "train"}
+        settings.update(scale_setting(self))
         return [
             step_message(n, P.MSG_TRAIN, settings, state.in_flight, state.pending)
             for n in self.nodes
@@ -267,6 +291,7 @@ class TPSLStrategy(Strategy):
         embeddings = gather_embeddings(self.nodes, by_node, state.in_flight)
         state.pending = []
         for ids, emb in zip(state.in_flight, embeddings, strict=True):
+            schedule_step(self)
             if self._audit is not None:
                 grad = self._audit.step(self.party, ids, emb, state.epoch)
             else:
@@ -281,13 +306,13 @@ class TPSLStrategy(Strategy):
         """Query test embeddings; the message also flushes pending gradients."""
         settings = {P.EPOCH: self._state.epoch, P.ROUND: server_round, P.SPLIT: "test"}
         settings.update(dict(config))
-        n_test = 0 if self.test_labels is None else int(self.test_labels.size)
-        test_ids = [np.arange(n_test, dtype=np.int64)] if n_test else []
+        settings.update(scale_setting(self))
+        ids, splits = self.validation.query(self._num_test)
+        if self.best is not None:
+            settings[P.SPLITS] = ",".join(splits)
         pending = self._state.pending
-        return [
-            step_message(n, P.MSG_EMBED_TEST, settings, test_ids, pending)
-            for n in self.nodes
-        ]
+        messages = (P.MSG_EMBED_TEST, settings, ids, pending)
+        return [step_message(n, *messages) for n in self.nodes]
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
@@ -295,12 +320,21 @@ class TPSLStrategy(Strategy):
         """Test metrics computed at the label party from the test embeddings."""
         by_node = check_replies(self.nodes, replies, [n.node_id for n in self.nodes])
         self._state.pending = []
-        if self.test_labels is None:
-            return None
-        ids = np.arange(self.test_labels.size)
-        (emb,) = gather_embeddings(self.nodes, by_node, [ids])
-        probs = self.party.predict(emb)
-        return MetricRecord(dict(classification_metrics(self.test_labels, probs)))
+        ids, splits = self.validation.query(self._num_test)
+        gathered = gather_embeddings(self.nodes, by_node, ids)
+        embeddings = dict(zip(splits, gathered, strict=True))
+        metrics: dict[str, Any] = {}
+        if self.test_labels is not None and "test" in embeddings:
+            probs = self.party.predict(embeddings["test"])
+            metrics.update(classification_metrics(self.test_labels, probs))
+        if "train" in embeddings:
+            score = self.validation.score(self.party, embeddings["train"])
+            metrics["validation_loss"] = score
+        return MetricRecord(metrics) if metrics else None
+
+    @property
+    def _num_test(self) -> int:
+        return 0 if self.test_labels is None else int(self.test_labels.size)
 
     # -------------------------------------------------------------------- run
     def start(
@@ -363,7 +397,7 @@ class TPSLStrategy(Strategy):
         for past in self.history:
             record_epoch(result, past)
         for epoch in range(self.start_epoch, self.epochs):
-            entry = self._train_epoch(grid, epoch, timeout)
+            entry = train_epoch(self, grid, epoch, timeout)
             if evaluate_fn is not None:
                 arrays = ArrayRecord(self.party.top.state_dict())
                 entry.update(dict(evaluate_fn(epoch + 1, arrays) or {}))
@@ -371,48 +405,15 @@ class TPSLStrategy(Strategy):
             record_epoch(result, entry)
             log(INFO, "epoch %d/%d  %s", epoch + 1, self.epochs, progress_line(entry))
             if self.store is not None:
-                self.store.save_checkpoint(epoch, self.history, self.party.state_dict())
+                state = self.party.state_dict()
+                if self.best is not None:
+                    state["best"] = self.best.state_dict()
+                self.store.save_checkpoint(epoch, self.history, state)
             if self.on_epoch_end is not None:
                 self.on_epoch_end(epoch, entry)
+        if self.best is not None and self.best.epoch is not None:
+            send_to_all(self, grid, {P.RESTORE_BEST: self.best.epoch}, timeout)
+            self.best.restore(self.party)
+            log(INFO, "restored epoch %d (lowest validation loss)", self.best.epoch + 1)
         result.arrays = ArrayRecord(self.party.top.state_dict())
         return result
-
-    def _train_epoch(self, grid: Grid, epoch: int, timeout: float) -> dict[str, Any]:
-        """One epoch of steps, then the test query; the epoch's history entry."""
-        started = time.perf_counter()
-        self.begin_epoch(epoch)
-        if self.audit:
-            self._audit = TranscriptAudit([(n.offset, n.width) for n in self.nodes])
-        server_round = epoch * len(self._state.batches)
-        while self._state.cursor < len(self._state.batches):
-            server_round += 1
-            messages = self.configure_train(
-                server_round, ArrayRecord(), ConfigRecord(), grid
-            )
-            replies = exchange(grid, messages, timeout, self.poll_interval)
-            self.aggregate_train(server_round, replies)
-        # The nodes checkpoint with the label party, never without it.
-        config = ConfigRecord({} if self.store is None else {P.CHECKPOINT_EPOCH: epoch})
-        replies = exchange(
-            grid,
-            self.configure_evaluate(server_round, ArrayRecord(), config, grid),
-            timeout,
-            self.poll_interval,
-        )
-        metrics = self.aggregate_evaluate(server_round, replies)
-        attacks = None
-        if self._audit is not None:
-            attacks = self._audit.epoch_report(self.privacy.auc_bound)
-        seconds = time.perf_counter() - started
-        training = seconds - (attacks["seconds"] if attacks else 0.0)
-        entry: dict[str, Any] = {
-            "epoch": epoch + 1,
-            "seconds": seconds,
-            "samples": self._state.samples,
-            "samples_per_second": self._state.samples / training,
-            "steps": self.party.steps,
-        }
-        entry.update(dict(metrics or {}))
-        if attacks is not None:
-            entry["attack_auc"] = attacks
-        return entry

@@ -10,7 +10,8 @@ Bring your own bottom model and feature store: write a factory
 ``make_client_app(factory)``; the handlers, protocol and state handling stay.
 
 A node writes nothing to disk unless it is given a folder: with
-``checkpoint_dir`` it saves ``party-<partition>.pt`` there when the label party
+``checkpoint_dir`` it saves ``party-<partition>.pt`` (keeping the epoch before
+as ``party-<partition>.previous.pt``) there when the label party
 asks (only a label party with a store does); without one, a request to
 checkpoint or to resume is refused.
 """
@@ -38,6 +39,8 @@ PartyFactory = Callable[[Context], NonLabelParty]
 CheckpointDir = Callable[[Context], Path | None] | str | Path | None
 """Where a node keeps its checkpoint: a folder, a function of the context, or None."""
 STATE_KEY = "tpsl.party-state"
+BEST_KEY = "tpsl.best-state"
+"""The state kept as the best epoch's (its ``version`` is the epoch)."""
 
 
 def partition_of(context: Context) -> tuple[int, int]:
@@ -94,6 +97,66 @@ def _state_from_record(record: ConfigRecord) -> Any:
     return torch.load(io.BytesIO(blob), weights_only=True)
 
 
+def _lr_scale(value: object) -> float:
+    """The learning-rate scale of a message, or a ProtocolError naming it."""
+    try:
+        scale = float(str(value))
+    except ValueError:
+        raise ProtocolError(f"lr-scale must be a number, got {value!r}") from None
+    if not 0.0 <= scale <= 1.0:
+        raise ProtocolError(f"lr-scale must be in [0, 1], got {value!r}")
+    return scale
+
+
+def _batch_splits(config: ConfigRecord, batches: int) -> list[str]:
+    """The split of each batch: ``splits`` (one per batch) or ``split`` for all."""
+    if P.SPLITS not in config:
+        return [str(config.get(P.SPLIT, "train"))] * batches
+    splits = str(config[P.SPLITS]).split(",")
+    if len(splits) != batches:
+        raise ProtocolError(
+            f"splits names {len(splits)} splits for {batches} batches of ids"
+        )
+    return splits
+
+
+def _best_state(context: Context, epoch: object) -> Any:
+    """The state kept as epoch ``epoch``'s best, or a ProtocolError."""
+    wanted = P.as_int(epoch, "restore-best")
+    record = context.state.config_records.get(BEST_KEY)
+    kept = None if record is None else P.as_int(record["version"], "best epoch")
+    if record is None or kept != wanted:
+        raise ProtocolError(
+            f"the label party asked to restore epoch {wanted}'s state, but this "
+            f"node kept {'none' if kept is None else f'epoch {kept}'}"
+        )
+    return _state_from_record(record)
+
+
+def _previous(path: Path) -> Path:
+    """Where the checkpoint before ``path``'s current one is kept."""
+    return path.with_suffix(".previous.pt")
+
+
+def _checkpoint_of_epoch(path: Path, epoch: int) -> dict[str, Any]:
+    """The node's checkpoint of ``epoch``: the last one, or the one before it.
+
+    A node saves its checkpoint of an epoch just before the label party saves
+    its own; if the label party stopped in between, it resumes after the
+    previous epoch, which the node still keeps.
+    """
+    found = []
+    for candidate in (path, _previous(path)):
+        if candidate.exists():
+            saved: dict[str, Any] = torch.load(candidate, weights_only=True)
+            if int(saved["epoch"]) == epoch:
+                return saved
+            found.append(f"{candidate} is from epoch {saved['epoch']}")
+    if not found:
+        raise ProtocolError(f"cannot resume: no checkpoint at {path}")
+    raise ProtocolError(f"cannot resume after epoch {epoch}: {'; '.join(found)}")
+
+
 class NonLabelHandlers:
     """The message handlers of a non-label party, over a party factory.
 
@@ -148,19 +211,13 @@ class NonLabelHandlers:
         party = self._party(context)
         if P.RESUME_EPOCH in config:
             path = self._checkpoint_file(context, "resume from its checkpoint")
-            if not path.exists():
-                raise ProtocolError(f"cannot resume: no checkpoint at {path}")
-            saved = torch.load(path, weights_only=True)
-            if (
-                int(saved["epoch"])
-                != P.as_int(config[P.RESUME_EPOCH], "resume-epoch") - 1
-            ):
-                raise ProtocolError(
-                    f"checkpoint {path} is from epoch {saved['epoch']}, the label "
-                    f"party resumes after epoch "
-                    f"{P.as_int(config[P.RESUME_EPOCH], 'resume-epoch') - 1}"
-                )
+            after = P.as_int(config[P.RESUME_EPOCH], "resume-epoch") - 1
+            saved = _checkpoint_of_epoch(path, after)
             party.load_state_dict(saved["party"])
+            if saved.get("best") is not None:
+                context.state[BEST_KEY] = _state_record(
+                    saved["best"], int(saved["best_epoch"])
+                )
             self._save(party, context)
         partition, parties = partition_of(context)
         width = int(party.embed(np.array([0]), "train").shape[1])
@@ -182,6 +239,13 @@ class NonLabelHandlers:
         party = self._party(context)
         content = msg.content
         config = content.config_records.get(P.CONFIG, ConfigRecord())
+        if P.KEEP_BEST in config:
+            best = P.as_int(config[P.KEEP_BEST], "keep-best")
+            context.state[BEST_KEY] = _state_record(party.state_dict(), best)
+        if P.RESTORE_BEST in config:
+            party.load_state_dict(_best_state(context, config[P.RESTORE_BEST]))
+        if P.LR_SCALE in config:
+            party.set_lr_scale(_lr_scale(config[P.LR_SCALE]))
         grads = content.array_records.get(P.GRADS, ArrayRecord())
         j = 0
         while P.grad_keys(j)[0] in grads:
@@ -190,13 +254,17 @@ class NonLabelHandlers:
                 from_array(grads[ids_key]), from_array(grads[grad_key])
             )
             j += 1
-        split = str(config.get(P.SPLIT, "train"))
         new_ids = content.array_records.get(P.NEW_IDS, ArrayRecord())
+        splits = _batch_splits(config, len(new_ids))
+        training = msg.metadata.message_type == P.MSG_TRAIN
         embeddings = {}
         j = 0
         while P.batch_key(j) in new_ids:
+            split = splits[j]
             emb = party.embed(
-                from_array(new_ids[P.batch_key(j)]), split, keep_graph=split == "train"
+                from_array(new_ids[P.batch_key(j)]),
+                split,
+                keep_graph=training and split == "train",
             )
             embeddings[P.batch_key(j)] = to_array(emb.numpy().astype(np.float32))
             j += 1
@@ -206,7 +274,14 @@ class NonLabelHandlers:
             path = self._checkpoint_file(context, f"save a checkpoint of epoch {epoch}")
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
-            torch.save({"epoch": epoch, "party": party.state_dict()}, tmp)
+            saved: dict[str, Any] = {"epoch": epoch, "party": party.state_dict()}
+            kept = context.state.config_records.get(BEST_KEY)
+            if kept is not None:
+                saved["best"] = _state_from_record(kept)
+                saved["best_epoch"] = P.as_int(kept["version"], "best epoch")
+            torch.save(saved, tmp)
+            if path.exists():  # the label party may not have saved epoch `epoch`
+                path.replace(_previous(path))
             tmp.replace(path)
         return Message(
             RecordDict({P.EMBEDDINGS: ArrayRecord(embeddings)}), reply_to=msg

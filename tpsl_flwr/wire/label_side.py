@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from logging import WARNING
 from typing import Any
 
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.common.constant import ErrorCode
+from flwr.common.logger import log
 
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.wire import protocol as P
@@ -44,14 +47,33 @@ def node_label(nodes: Sequence[Node], node_id: int) -> str:
 def check_replies(
     nodes: Sequence[Node], replies: Iterable[Message], expected: Iterable[int]
 ) -> dict[int, Message]:
-    """Index replies by sender; raise on an error reply or a missing one."""
+    """Index replies by sender; raise on an error, a stray or a missing reply.
+
+    Raises
+    ------
+    ProtocolError
+        Naming the node and its partition: for an error reply (for a node
+        that stopped answering, code ``NODE_UNAVAILABLE``: no reply within
+        the reply-timeout or no Flower heartbeat, the message says to restart
+        it and resume the run), a reply from a node that was sent nothing, a
+        second reply from one node, or no reply.
+    """
+    expected = list(expected)
     by_node: dict[int, Message] = {}
     for reply in replies:
         src = reply.metadata.src_node_id
+        name = node_label(nodes, src)
         if reply.has_error():
-            raise ProtocolError(
-                f"{node_label(nodes, src)} replied with an error: {reply.error.reason}"
-            )
+            if reply.error.code == ErrorCode.NODE_UNAVAILABLE:
+                raise ProtocolError(
+                    f"{name} stopped answering ({reply.error.reason}); restart it "
+                    "and resume the run (resume = true) from the last checkpoint"
+                )
+            raise ProtocolError(f"{name} replied with an error: {reply.error.reason}")
+        if src not in expected:
+            raise ProtocolError(f"a reply came from {name}, which was sent nothing")
+        if src in by_node:
+            raise ProtocolError(f"{name} replied twice to one message")
         by_node[src] = reply
     missing = [n for n in expected if n not in by_node]
     if missing:
@@ -71,10 +93,42 @@ def hello_messages(node_ids: Sequence[int], resume_epoch: int | None) -> list[Me
     ]
 
 
-def describe_nodes(replies: dict[int, Message]) -> list[Node]:
-    """Nodes in partition order with their cut-layer columns, from hello replies."""
+def describe_nodes(
+    replies: Iterable[Message], sent: Sequence[int], expected: int | None = None
+) -> list[Node]:
+    """Nodes in partition order with their cut-layer columns, from hello replies.
+
+    Parameters
+    ----------
+    replies
+        The replies to the hello messages sent to the nodes ``sent``.
+    sent
+        Every node that was sent a hello (all registered nodes).
+    expected
+        The number of nodes the run needs (``None``: all of ``sent``). A
+        SuperNode that restarts registers under a new id while Flower lists
+        its old id until its heartbeat expires (up to 2 x 30 s): of more
+        than ``expected`` nodes, those Flower then reports unavailable are
+        left out, with a warning naming them.
+
+    Raises
+    ------
+    ProtocolError
+        As :func:`check_replies`, or if the partitions are not ``0..n-1``.
+    """
+    replies = list(replies)
+    spare = 0 if expected is None else len(sent) - expected
+    stale = [
+        r.metadata.src_node_id
+        for r in replies
+        if r.has_error() and r.error.code == ErrorCode.NODE_UNAVAILABLE
+    ]
+    if stale and len(stale) <= spare:
+        log(WARNING, "Left out unavailable nodes %s (restarted SuperNodes?)", stale)
+        replies = [r for r in replies if r.metadata.src_node_id not in stale]
+        sent = [n for n in sent if n not in stale]
     described = []
-    for node_id, reply in replies.items():
+    for node_id, reply in check_replies([], replies, sent).items():
         info = reply.content.config_records.get(P.NODE)
         if info is None:
             raise ProtocolError(f"node {node_id} did not describe itself")
@@ -240,7 +294,24 @@ def step_message(
 def gather_embeddings(
     nodes: Sequence[Node], replies: dict[int, Message], batches: Sequence[np.ndarray]
 ) -> list[torch.Tensor]:
-    """Each batch's concatenated embeddings, checked for shape and finiteness."""
+    """Each batch's concatenated embeddings, checked for shape and finiteness.
+
+    Raises
+    ------
+    ProtocolError
+        Naming the node and its partition, if a node sent no embeddings for a
+        batch, embeddings for a batch it was not asked for, embeddings of
+        another shape than ``(batch size, its width)``, or NaN or inf.
+    """
+    asked = {P.batch_key(j) for j in range(len(batches))}
+    for node in nodes:
+        record = replies[node.node_id].content.array_records.get(P.EMBEDDINGS)
+        extra = sorted(set(record.keys() if record is not None else ()) - asked)
+        if extra:
+            raise ProtocolError(
+                f"{node_label(nodes, node.node_id)} sent embeddings for "
+                f"{', '.join(extra)}, which it was not asked for"
+            )
     out = []
     for j, ids in enumerate(batches):
         key = P.batch_key(j)

@@ -39,6 +39,14 @@ ROUND = "round"
 SPLIT = "split"
 CHECKPOINT_EPOCH = "checkpoint-epoch"
 RESUME_EPOCH = "resume-epoch"
+SPLITS = "splits"
+"""Comma-separated split of each batch of :data:`NEW_IDS` (overrides SPLIT)."""
+LR_SCALE = "lr-scale"
+"""Learning-rate multiplier of the gradients in the message (decimal string)."""
+KEEP_BEST = "keep-best"
+"""Keep the current state as the best epoch's (the epoch number)."""
+RESTORE_BEST = "restore-best"
+"""Load the state kept as the best epoch's (the epoch number)."""
 
 # Keys of NODE; the same two names are the keys of a SuperNode's node config
 # (``flower-supernode --node-config "partition-id=I num-partitions=N"``).
@@ -48,7 +56,19 @@ EMBEDDING_DIM = "embedding-dim"
 NUM_TRAIN = "num-train"
 NUM_TEST = "num-test"
 
-ALLOWED_CONFIG_KEYS = frozenset({EPOCH, ROUND, SPLIT, CHECKPOINT_EPOCH, RESUME_EPOCH})
+ALLOWED_CONFIG_KEYS = frozenset(
+    {
+        EPOCH,
+        ROUND,
+        SPLIT,
+        SPLITS,
+        CHECKPOINT_EPOCH,
+        RESUME_EPOCH,
+        LR_SCALE,
+        KEEP_BEST,
+        RESTORE_BEST,
+    }
+)
 """The only keys of :data:`CONFIG` a non-label party may receive."""
 ALLOWED_ARRAY_KEY_PREFIXES: dict[str, tuple[str, ...]] = {
     NEW_IDS: ("batch-",),

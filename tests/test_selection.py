@@ -1,0 +1,235 @@
+"""Validation by id, noisy-label scores, best-epoch restore and the lr schedule."""
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tpsl_flwr import ConfigError, NoiseKey, make_mechanism
+from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.run import run_inprocess_experiment
+from tpsl_flwr.models import TopModel
+from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
+from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
+from tpsl_flwr.privacy.perturb import per_class_losses
+from tpsl_flwr.strategies import TPSLStrategy
+from tpsl_flwr.strategies.selection import (
+    noisy_validation_loss,
+    unbiased_targets,
+    validation_ids,
+)
+from tpsl_flwr.testing import run_strategy
+from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.client_app import make_client_app
+
+ROWS, TEST_ROWS, COLS, WIDTH = 400, 100, 2, 3
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(ROWS + TEST_ROWS, 2 * COLS)).astype(np.float32)
+Y = (X[:, 0] + X[:, 2] + 0.5 * RNG.normal(size=ROWS + TEST_ROWS) > 0).astype(np.int64)
+
+
+def party_for(labels, mechanism, top=None):
+    torch.manual_seed(0)
+    return LabelParty(
+        top or TopModel(2 * WIDTH, hidden=(4,), num_outputs=1),
+        labels,
+        mechanism,
+        NoiseKey.from_seed(3),
+        optimizer=adam(0.05),
+    )
+
+
+class Nodes:
+    """A node factory that remembers each partition's party."""
+
+    def __init__(self):
+        self.parties = {}
+
+    def __call__(self, context):
+        part = int(context.node_config["partition-id"])
+        cols = slice(COLS * part, COLS * part + COLS)
+        torch.manual_seed(10 + part)
+        party = NonLabelParty(
+            {"train": (X[:ROWS, cols], None), "test": (X[ROWS:, cols], None)},
+            Bottom(nn.Linear(COLS, WIDTH)),
+            adam(0.05),
+        )
+        self.parties[part] = party
+        return party
+
+
+class Bottom(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, numeric, categorical):
+        return self.inner(numeric)
+
+
+def test_validation_ids_are_a_hash_of_the_id_alone():
+    n, fraction = 100_000, 0.1
+    ids = validation_ids(n, fraction, seed=7)
+    sd = math.sqrt(n * fraction * (1 - fraction))
+    assert abs(ids.size - n * fraction) < 4 * sd
+    assert np.array_equal(ids, validation_ids(n, fraction, seed=7))
+    assert not np.array_equal(ids[:100], validation_ids(n, fraction, seed=8)[:100])
+    # Membership of an id does not depend on how many ids there are.
+    assert np.array_equal(validation_ids(50_000, fraction, 7), ids[ids < 50_000])
+    assert validation_ids(n, 0.0, 7).size == 0
+    with pytest.raises(ConfigError, match=r"0\.5"):
+        validation_ids(n, 0.5, 7)
+
+
+@pytest.mark.parametrize(
+    "mechanism",
+    [
+        make_mechanism("laplace", epsilon=1.0),
+        make_mechanism("discrete", epsilon=1.0),
+        make_mechanism("discrete", epsilon=0.5, num_classes=3),
+        make_mechanism("laplace", epsilon=2.0, num_classes=3),
+    ],
+    ids=["laplace", "rr", "rr-k3", "laplace-k3"],
+)
+def test_debiased_noisy_targets_average_to_the_clean_one_hot(mechanism):
+    """E[target | y] = one_hot(y), each class within 4 standard errors (200k ids)."""
+    n, k = 200_000, mechanism.num_classes
+    labels = np.random.default_rng(1).integers(0, k, size=n)
+    party = party_for(labels, mechanism, top=nn.Linear(2, 1 if k == 2 else k))
+    targets = unbiased_targets(party, np.arange(n))
+    assert targets.shape == (n, k)
+    for j in range(k):
+        rows = targets[labels == j]
+        se = rows.std(axis=0) / math.sqrt(rows.shape[0])
+        expected = np.eye(k)[j]
+        assert np.all(np.abs(rows.mean(axis=0) - expected) < 4 * se + 1e-12)
+
+
+def test_noisy_validation_loss_estimates_the_clean_loss():
+    """Within 4 standard errors of the clean log loss, for a fixed model (100k ids)."""
+    n = 100_000
+    rng = np.random.default_rng(2)
+    emb = rng.normal(size=(n, 2)).astype(np.float32)
+    labels = (emb[:, 0] + rng.normal(size=n) > 0).astype(np.int64)
+    torch.manual_seed(0)
+    top = nn.Linear(2, 1)
+    party = party_for(labels, make_mechanism("laplace", epsilon=1.0), top=top)
+    targets = unbiased_targets(party, np.arange(n))
+    noisy = noisy_validation_loss(party, targets, emb)
+    with torch.no_grad():
+        losses = per_class_losses(top(torch.as_tensor(emb))).double().numpy()
+    clean = losses[np.arange(n), labels].mean()
+    per_sample = (losses * targets).sum(axis=1)
+    assert abs(noisy - clean) < 4 * per_sample.std() / math.sqrt(n)
+
+
+def test_validation_is_refused_for_a_mechanism_that_leaves_labels_clean():
+    gaussian = make_mechanism("gaussian", sigma=1.0)
+    party = party_for(Y[:ROWS], gaussian)
+    with pytest.raises(ConfigError, match="gaussian"):
+        unbiased_targets(party, np.arange(10))
+    with pytest.raises(ConfigError, match="validation-fraction"):
+        ExperimentConfig(mechanism="gaussian", validation_fraction=0.1)
+
+
+def test_the_best_epoch_is_restored_at_the_label_party_and_at_every_node():
+    nodes = Nodes()
+    party = party_for(Y[:ROWS], make_mechanism("laplace", epsilon=1.0))
+    tops, bottoms = [], []
+
+    def snapshot(epoch, entry):
+        tops.append(copy.deepcopy(party.top.state_dict()))
+        bottoms.append(
+            {p: copy.deepcopy(n.bottom.state_dict()) for p, n in nodes.parties.items()}
+        )
+
+    strategy = TPSLStrategy(
+        party,
+        test_labels=Y[ROWS:],
+        batch_size=32,
+        epochs=4,
+        num_nodes=2,
+        on_epoch_end=snapshot,
+        validation_fraction=0.25,
+    )
+    report = run_strategy(strategy, make_client_app(nodes), num_nodes=2, seed=0)
+    losses = [h["validation_loss"] for h in report.history]
+    best = int(np.argmin(losses))
+    assert strategy.best is not None and strategy.best.epoch == best
+    for name, value in party.top.state_dict().items():
+        assert torch.equal(value, tops[best][name])
+    for part, node in nodes.parties.items():
+        for name, value in node.bottom.state_dict().items():
+            assert torch.equal(value, bottoms[best][part][name])
+    # The held-out ids are never trained on, nor sent with a gradient.
+    held_out = set(strategy.validation.ids.tolist())
+    assert 0 < len(held_out) < ROWS
+    assert not held_out & {int(i) for s in report.computed for i in s.ids}
+    for steps in report.dispatched.values():
+        assert not held_out & {int(i) for s in steps for i in s.ids}
+    # Only public keys leave: the decision travels as an epoch number.
+    keeps = [
+        m.content.config_records[P.CONFIG][P.KEEP_BEST]
+        for m in report.messages
+        if P.KEEP_BEST in m.content.config_records[P.CONFIG]
+    ]
+    assert keeps and keeps[-1] == best
+
+
+def test_the_nodes_follow_the_label_partys_cosine_schedule():
+    nodes = Nodes()
+    party = party_for(Y[:ROWS], make_mechanism("none"))
+    strategy = TPSLStrategy(
+        party, batch_size=100, epochs=2, num_nodes=2, lr_schedule="cosine"
+    )
+    report = run_strategy(strategy, make_client_app(nodes), num_nodes=2, seed=0)
+    total = 2 * 4
+    sent = [
+        float(m.content.config_records[P.CONFIG][P.LR_SCALE])
+        for m in report.messages
+        if P.LR_SCALE in m.content.config_records[P.CONFIG]
+    ]
+    # Each gradient goes with the scale its step was taken at: 0..T-1, per node.
+    expected = [lr_scale("cosine", t, total) for t in range(total)]
+    assert sorted(set(sent), reverse=True) == pytest.approx(expected)
+    last = 0.05 * expected[-1]
+    assert party.optimizer.param_groups[0]["lr"] == pytest.approx(last)
+    for node in nodes.parties.values():
+        assert node.optimizer.param_groups[0]["lr"] == pytest.approx(last)
+
+
+def test_lr_scales_do_not_compound():
+    optimizer = torch.optim.Adam(nn.Linear(2, 1).parameters(), lr=0.1)
+    set_lr_scale(optimizer, 0.5)
+    set_lr_scale(optimizer, 0.5)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+    with pytest.raises(ConfigError, match=r"1\.5"):
+        set_lr_scale(optimizer, 1.5)
+    with pytest.raises(ConfigError, match="warm"):
+        lr_scale("warm", 0, 10)
+
+
+def test_a_resumed_run_keeps_the_best_epoch_of_the_first(tmp_path):
+    """2 epochs, then resumed to 3: the best epoch and test AUC of 3 at once."""
+    common = dict(
+        dataset="breast-cancer",
+        batch_size=64,
+        validation_fraction=0.2,
+        weight_decay=0.01,
+        noise_seed=5,
+    )
+    once, _ = run_inprocess_experiment(
+        ExperimentConfig(epochs=3, out_dir=str(tmp_path / "once"), **common)
+    )
+    out = str(tmp_path / "twice")
+    run_inprocess_experiment(ExperimentConfig(epochs=2, out_dir=out, **common))
+    # (A cosine schedule spans the epochs of the run as configured, so it
+    # would differ here: 2 epochs, then 3.)
+    resumed, _ = run_inprocess_experiment(
+        ExperimentConfig(epochs=3, out_dir=out, resume=True, **common)
+    )
+    assert resumed["best_epoch"] == once["best_epoch"]
+    assert resumed["test_auc"] == pytest.approx(once["test_auc"], abs=1e-6)

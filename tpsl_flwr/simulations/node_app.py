@@ -1,0 +1,88 @@
+"""The node's ClientApp with torch: the wire's node handlers over the built-in data.
+
+This is what runs a non-label node's messages: in the per-message process when
+there is no party worker, or inside the party worker
+(:mod:`tpsl_flwr.simulations.party_worker`). Flower loads
+:mod:`tpsl_flwr.simulations.client_app`, which imports no torch and hands each
+message to this app or to the worker.
+
+A node's process parses only its own feature columns and ids
+(:meth:`~tpsl_flwr.experiments.config.ExperimentConfig.load_party`), never a
+label; the handlers and the protocol are :mod:`tpsl_flwr.wire.client_app`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from flwr.app import Context
+from flwr.clientapp import ClientApp
+
+from tpsl_flwr.errors import ProtocolError
+from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.models import BottomModel
+from tpsl_flwr.parties import NonLabelParty, adam
+from tpsl_flwr.wire.client_app import PartyFactory, make_client_app, partition_of
+from tpsl_flwr.wire.recorder import record_if_configured
+
+
+def builtin_party(context: Context) -> NonLabelParty:
+    """A non-label party over its own columns of a built-in dataset.
+
+    The node's process parses only its own feature columns (and ids): no label
+    column is read, for any dataset (:func:`~tpsl_flwr.data.load_party_view`).
+    """
+    cfg = ExperimentConfig.from_run_config(context.run_config)
+    partition, parties = partition_of(context)
+    if parties != cfg.num_parties:
+        raise ProtocolError(
+            f"this node is partition {partition} of {parties}, but the run config "
+            f"has num-parties = {cfg.num_parties}"
+        )
+    view = cfg.load_party(partition)
+    train, test = view.train, view.test
+    generator = torch.Generator().manual_seed(cfg.seed * 1000 + partition + 1)
+    bottom = BottomModel(
+        train.numeric.shape[1],
+        train.cardinalities,
+        hidden=(cfg.bottom_hidden,),
+        out_dim=cfg.embedding_dim,
+        generator=generator,
+        wide=cfg.wide,
+    )
+    return NonLabelParty(
+        {
+            "train": (train.numeric, train.categorical),
+            "test": (test.numeric, test.categorical),
+        },
+        bottom,
+        adam(cfg.lr, cfg.weight_decay),
+    )
+
+
+def builtin_checkpoint_dir(context: Context) -> Path | None:
+    """``out-dir/checkpoints`` when the run config has ``checkpoint = true``.
+
+    ``out-dir`` is taken as the run config states it (a relative one is
+    relative to the node process's working directory, as for the label party).
+    """
+    cfg = ExperimentConfig.from_run_config(context.run_config)
+    return Path(cfg.out_dir) / "checkpoints" if cfg.checkpoint else None
+
+
+def make_node_app(factory: PartyFactory = builtin_party) -> ClientApp:
+    """The node's ClientApp over ``factory``: the one assembly of handlers and mods.
+
+    The party worker builds its app here too (with a factory that hands out
+    the party it built before the first message), so both run the same code.
+    """
+    return make_client_app(
+        factory,
+        mods=[record_if_configured],
+        checkpoint_dir=builtin_checkpoint_dir,
+    )
+
+
+app = make_node_app()
+"""The node's torch ClientApp; ``transcript-dir`` in the run config records it."""

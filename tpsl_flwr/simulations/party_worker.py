@@ -1,0 +1,245 @@
+"""The party worker: one long-lived process per node that runs its messages.
+
+``tpsl-flwr party --partition-id I --num-partitions N --socket-dir DIR
+[--app-dir APP] [--run-config FILE|"k=v ..."]`` starts it on the node's
+machine, next to ``flower-supernode --node-config "partition-id=I
+num-partitions=N worker-socket='DIR/party-I.sock'"``. It imports torch once,
+builds the party of the run config it was given (its features, bottom model
+and optimizer; torch's optimizer code warmed on a throwaway model), then
+serves the node's messages over a Unix socket (``DIR/party-I.sock``, 0600, in
+``DIR``, which must be 0700; peers of another uid are refused:
+:mod:`tpsl_flwr.wire.worker_link`).
+
+Each message runs through the same ClientApp a node runs without a worker
+(:func:`tpsl_flwr.simulations.node_app.make_node_app`: the wire's
+``NonLabelHandlers``, the recorder mod, ``checkpoint_dir``), under a
+``flwr.app.Context`` the worker keeps per run: the node's state lives here,
+not in the SuperNode. A failed message leaves that state as it was. A run
+whose run config differs from the one given at start gets a freshly built
+party, as a ClientApp process would. Every message is logged with the times
+it was received and answered (``worker <partition> <type> recv <t> sent <t>``,
+``time.time()`` seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context, Message, RecordDict
+
+from tpsl_flwr.errors import ProtocolError
+from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.worker_link import WorkerServer, socket_path
+
+__all__ = ["PartyWorker", "add_party_parser", "cmd_party", "worker_run_config"]
+
+_LOG = logging.getLogger("tpsl_flwr.party_worker")
+_KEEP_RUNS = 4
+
+
+def worker_run_config(
+    app_dir: Path | None, overrides: list[str] | None
+) -> dict[str, Any]:
+    """The run config a node will see: the app's defaults plus ``overrides``.
+
+    ``overrides`` as ``flwr run --run-config`` takes them (one TOML file, or
+    ``key=value`` strings).
+    """
+    from flwr.common.config import flatten_dict, parse_config_args
+
+    from tpsl_flwr.engines.flower_env import app_config
+
+    config: dict[str, Any] = {}
+    if app_dir is not None:
+        config.update(flatten_dict(app_config(app_dir)))
+    config.update(parse_config_args(overrides or None))
+    return config
+
+
+class PartyWorker:
+    """Runs a node's messages through the node's ClientApp, keeping its contexts.
+
+    Parameters
+    ----------
+    partition_id, num_partitions
+        The node this worker serves; a message from a node with another
+        ``partition-id``/``num-partitions`` is refused.
+    run_config
+        Run config to build the party for now (``None``: build on the first
+        message). The first run whose config equals it (as parsed by
+        ``ExperimentConfig``) gets that party.
+    """
+
+    def __init__(
+        self,
+        partition_id: int,
+        num_partitions: int,
+        run_config: dict[str, Any] | None = None,
+    ) -> None:
+        from tpsl_flwr.experiments.config import ExperimentConfig
+        from tpsl_flwr.simulations import node_app
+
+        self.partition_id = partition_id
+        self.num_partitions = num_partitions
+        self._node_app = node_app
+        self._config_of = ExperimentConfig.from_run_config
+        self._ready: tuple[Any, Any] | None = None
+        self.contexts: OrderedDict[int, Context] = OrderedDict()
+        self.app = node_app.make_node_app(self._factory)
+        if run_config is not None:
+            context = Context(0, 0, self._node_config(), RecordDict(), run_config)
+            self._ready = (
+                self._config_of(run_config),
+                node_app.builtin_party(context),
+            )
+        _warm_torch()
+
+    def _node_config(self) -> dict[str, bool | float | int | str]:
+        return {
+            P.PARTITION_ID: self.partition_id,
+            P.NUM_PARTITIONS: self.num_partitions,
+        }
+
+    def _factory(self, context: Context) -> Any:
+        ready, self._ready = self._ready, None
+        if ready is not None and ready[0] == self._config_of(context.run_config):
+            return ready[1]
+        return self._node_app.builtin_party(context)
+
+    def _context(self, context: Context) -> Context:
+        node = context.node_config
+        got = (
+            P.as_int(node.get(P.PARTITION_ID, -1), "partition-id"),
+            P.as_int(node.get(P.NUM_PARTITIONS, -1), "num-partitions"),
+        )
+        if got != (self.partition_id, self.num_partitions):
+            raise ProtocolError(
+                f"this worker serves partition {self.partition_id} of "
+                f"{self.num_partitions}; the SuperNode's node config says "
+                f"partition {got[0]} of {got[1]}"
+            )
+        kept = self.contexts.get(context.run_id)
+        if kept is None:
+            kept = Context(
+                context.run_id,
+                context.node_id,
+                dict(node),
+                RecordDict(),
+                dict(context.run_config),
+            )
+            self.contexts[context.run_id] = kept
+            while len(self.contexts) > _KEEP_RUNS:
+                self.contexts.popitem(last=False)
+        return kept
+
+    def handle(self, message: Message, context: Context) -> Message:
+        """Run ``message`` on the node's ClientApp under the run's kept context."""
+        from tpsl_flwr.engines.message_copy import copy_context
+        from tpsl_flwr.engines.virtual_nodes import task_identity
+
+        received = time.time()
+        kept = self._context(context)
+        trial = copy_context(kept)
+        try:
+            with task_identity(context.run_id, context.node_id, 0):
+                reply = self.app(message, trial)
+        except Exception:
+            _LOG.exception("the node's ClientApp raised")
+            raise
+        kept.state = trial.state  # only a successful message updates the state
+        _LOG.info(
+            "worker %d %s recv %.4f sent %.4f",
+            self.partition_id,
+            message.metadata.message_type,
+            received,
+            time.time(),
+        )
+        return reply
+
+
+def _warm_torch() -> None:
+    """One Adam step on a throwaway model: torch's lazy imports happen now."""
+    import torch
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.zeros(3, 4)).sum().backward()
+    optimizer.step()
+
+
+def add_party_parser(subparsers: Any) -> None:
+    """Add the ``party`` subcommand to the CLI's subparsers."""
+    party = subparsers.add_parser(
+        "party",
+        help="serve one non-label node's messages from a long-lived worker",
+        description=__doc__.split("\n\n")[1],
+    )
+    party.add_argument("--partition-id", type=int, required=True)
+    party.add_argument("--num-partitions", type=int, required=True)
+    party.add_argument(
+        "--socket-dir",
+        type=Path,
+        required=True,
+        help="folder of the socket (mode 0700; created so if missing)",
+    )
+    party.add_argument(
+        "--app-dir",
+        type=Path,
+        default=None,
+        help="the Flower app folder whose [tool.flwr.app.config] the run uses",
+    )
+    party.add_argument(
+        "--run-config",
+        nargs="*",
+        default=None,
+        help='overrides as for `flwr run`: a TOML file or "key=value" pairs',
+    )
+    party.set_defaults(handler=cmd_party)
+
+
+def cmd_party(args: argparse.Namespace) -> int:
+    """``party``: build the node's party, then serve until SIGTERM/SIGINT."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout
+    )
+    folder = Path(args.socket_dir)
+    if not folder.exists():
+        folder.mkdir(mode=0o700, parents=True)
+    run_config = None
+    if args.app_dir is not None or args.run_config:
+        run_config = worker_run_config(args.app_dir, args.run_config)
+    started = time.perf_counter()
+    worker = PartyWorker(args.partition_id, args.num_partitions, run_config)
+    path = socket_path(folder, args.partition_id)
+    server = WorkerServer(path, worker.handle)
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    _LOG.info(
+        "party worker %d of %d ready at %s (built in %.2f s)",
+        args.partition_id,
+        args.num_partitions,
+        path,
+        time.perf_counter() - started,
+    )
+    try:
+        while True:
+            if not server.serve_one():
+                _LOG.warning(
+                    "a connection went unanswered (%d refused: uid not %d)",
+                    server.refused,
+                    server.allowed_uid,
+                )
+    except (SystemExit, KeyboardInterrupt):
+        return 0
+    finally:
+        server.close()

@@ -1,0 +1,122 @@
+"""The label party's epoch: its steps, the evaluation query, the best-epoch decision.
+
+Functions over a :class:`~tpsl_flwr.strategies.TPSLStrategy`, which calls them
+from ``start``; they use only its Flower Strategy methods and public state.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from flwr.app import ArrayRecord, ConfigRecord
+from flwr.serverapp import Grid
+
+from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
+from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
+from tpsl_flwr.strategies.exchange import exchange
+from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.label_side import check_replies, step_message
+
+if TYPE_CHECKING:
+    from tpsl_flwr.strategies.tpsl_strategy import TPSLStrategy
+
+__all__ = [
+    "scale_setting",
+    "schedule_step",
+    "select_epoch",
+    "send_to_all",
+    "train_epoch",
+]
+
+
+def select_epoch(
+    strategy: TPSLStrategy, grid: Grid, epoch: int, score: float, timeout: float
+) -> None:
+    """Keep ``epoch`` if it is the best so far; the nodes keep and checkpoint."""
+    assert strategy.best is not None
+    settings: dict[str, int] = {}
+    if strategy.best.update(epoch, score, strategy.party):
+        settings[P.KEEP_BEST] = epoch
+    if strategy.store is not None:
+        settings[P.CHECKPOINT_EPOCH] = epoch
+    if settings:
+        send_to_all(strategy, grid, settings, timeout)
+
+
+def send_to_all(
+    strategy: TPSLStrategy, grid: Grid, settings: dict[str, int], timeout: float
+) -> None:
+    """One query with ``settings`` (no ids, no gradients) to every node."""
+    config: dict[str, int | str] = {P.EPOCH: strategy._state.epoch, P.SPLIT: "test"}
+    config.update(settings)
+    messages = [
+        step_message(n, P.MSG_EMBED_TEST, config, [], []) for n in strategy.nodes
+    ]
+    replies = exchange(grid, messages, timeout, strategy.poll_interval)
+    check_replies(strategy.nodes, replies, [n.node_id for n in strategy.nodes])
+
+
+def train_epoch(
+    strategy: TPSLStrategy, grid: Grid, epoch: int, timeout: float
+) -> dict[str, Any]:
+    """One epoch of steps, then the test query; the epoch's history entry."""
+    started = time.perf_counter()
+    strategy.begin_epoch(epoch)
+    if strategy.audit:
+        strategy._audit = TranscriptAudit([(n.offset, n.width) for n in strategy.nodes])
+    server_round = epoch * len(strategy._state.batches)
+    while strategy._state.cursor < len(strategy._state.batches):
+        server_round += 1
+        messages = strategy.configure_train(
+            server_round, ArrayRecord(), ConfigRecord(), grid
+        )
+        replies = exchange(grid, messages, timeout, strategy.poll_interval)
+        strategy.aggregate_train(server_round, replies)
+    # The nodes checkpoint with the label party, never without it (after
+    # the best-epoch decision, when there is one to keep).
+    at_end = strategy.store is not None and strategy.best is None
+    config = ConfigRecord({P.CHECKPOINT_EPOCH: epoch} if at_end else {})
+    replies = exchange(
+        grid,
+        strategy.configure_evaluate(server_round, ArrayRecord(), config, grid),
+        timeout,
+        strategy.poll_interval,
+    )
+    metrics = strategy.aggregate_evaluate(server_round, replies)
+    if strategy.best is not None and metrics is not None:
+        score = metrics["validation_loss"]
+        assert isinstance(score, float)
+        select_epoch(strategy, grid, epoch, score, timeout)
+    attacks = None
+    if strategy._audit is not None:
+        attacks = strategy._audit.epoch_report(strategy.privacy.auc_bound)
+    seconds = time.perf_counter() - started
+    training = seconds - (attacks["seconds"] if attacks else 0.0)
+    entry: dict[str, Any] = {
+        "epoch": epoch + 1,
+        "seconds": seconds,
+        "samples": strategy._state.samples,
+        "samples_per_second": strategy._state.samples / training,
+        "steps": strategy.party.steps,
+    }
+    entry.update(dict(metrics or {}))
+    if attacks is not None:
+        entry["attack_auc"] = attacks
+    return entry
+
+
+def schedule_step(strategy: TPSLStrategy) -> None:
+    """Set the learning rate of the label party's next step (and remember it)."""
+    if strategy.lr_schedule == "constant":
+        return
+    total = strategy.epochs * -(-strategy.validation.pool.size // strategy.batch_size)
+    strategy._state.scale = lr_scale(strategy.lr_schedule, strategy.party.steps, total)
+    set_lr_scale(strategy.party.optimizer, strategy._state.scale)
+
+
+def scale_setting(strategy: TPSLStrategy) -> dict[str, str]:
+    """The ``lr-scale`` of the pending gradients (nothing for a constant lr)."""
+    if strategy.lr_schedule == "constant" or not strategy._state.pending:
+        return {}
+    return {P.LR_SCALE: repr(strategy._state.scale)}

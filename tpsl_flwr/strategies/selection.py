@@ -1,0 +1,194 @@
+"""Validation at the label party: held-out ids, a noisy-label score, the best epoch.
+
+Noise is reused per sample, so a protected model fits the same noisy labels
+harder every epoch and its test AUC can peak and fall. The label party holds out
+a validation set, scores each epoch on it and, at the end, restores the best
+epoch's models: its own top model, and (by a message naming the epoch) the
+nodes' bottom models.
+
+What the stopping decision reveals, and why the stated epsilon holds:
+
+* **Membership is public.** A training id is held out iff a hash of the id and
+  the run's seed falls below ``validation_fraction``
+  (:func:`validation_ids`): a function of the id alone, never of a label.
+* **The score uses noisy labels only.** Validation ids are never trained on.
+  Their labels pass through the run's own mechanism once, with the label
+  party's key (the transcript stream of epoch 0, fixed whatever
+  ``reuse_noise``), and the score is the mean log loss against those noisy
+  labels, debiased to be an unbiased estimate of the clean log loss
+  (:func:`noisy_validation_loss`). Every decision made from it, the epoch kept
+  and the ``keep-best`` messages the nodes see, is post-processing of an
+  ``epsilon``-DP release of each validation label (Dwork and Roth, Prop. 2.1),
+  on labels disjoint from the training labels; so every label, trained on or
+  held out, stays within the run's epsilon. Without protection (``none``) the
+  score uses clean labels, as there is nothing to keep.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+
+from tpsl_flwr.data.membership import hash_uniform
+from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.privacy.noisy_labels import STREAM_TRANSCRIPT, draw_noisy_labels
+from tpsl_flwr.privacy.perturb import per_class_losses
+
+__all__ = ["BestEpoch", "noisy_validation_loss", "unbiased_targets", "validation_ids"]
+
+_VALIDATION_DOMAIN = 0x76616C69  # ASCII "vali": apart from the test split's hash
+
+
+def validation_ids(num_train: int, fraction: float, seed: int) -> np.ndarray:
+    """Training ids held out for validation: a hash of the id and seed alone.
+
+    Parameters
+    ----------
+    num_train
+        Training ids are ``0..num_train-1`` (positions in record-id order).
+    fraction
+        Probability of an id being held out, in ``[0, 0.5)``; 0: none.
+    seed
+        The run's public seed.
+
+    Returns
+    -------
+    np.ndarray
+        Sorted int64 ids; empty for ``fraction = 0``.
+
+    Examples
+    --------
+    >>> ids = validation_ids(10_000, 0.1, seed=0)
+    >>> 900 < ids.size < 1100, bool((np.diff(ids) > 0).all())
+    (True, True)
+    """
+    if not 0.0 <= fraction < 0.5:
+        raise ConfigError(f"validation fraction must be in [0, 0.5), got {fraction}")
+    if fraction == 0.0:
+        return np.zeros(0, dtype=np.int64)
+    positions = np.arange(num_train, dtype=np.int64)
+    held_out = hash_uniform(positions, seed ^ _VALIDATION_DOMAIN) < fraction
+    return positions[held_out]
+
+
+def unbiased_targets(party: LabelParty, ids: np.ndarray) -> np.ndarray:
+    """Each validation label's noisy coefficients, debiased: ``E = one_hot(y)``.
+
+    Laplace coefficients ``e_y + noise`` have mean ``e_y`` already. Randomized
+    response's one-hot ``e_{y~}`` has mean ``q e_y + (1 - q)/(k - 1) (1 - e_y)``
+    (``q`` the keep probability), so ``(c - r) / (q - r)`` with
+    ``r = (1 - q)/(k - 1)`` is unbiased. ``none`` returns the clean labels.
+
+    Raises
+    ------
+    ConfigError
+        For a mechanism that leaves the labels clean while protecting the
+        gradients (the Gaussian baseline): scoring on them would reveal the
+        labels outside the accounting.
+    """
+    mechanism = party.mechanism
+    if mechanism.additive:
+        raise ConfigError(
+            f"validation scores noisy labels, but mechanism {mechanism.name!r} "
+            "adds its noise to the gradients and leaves the labels clean; use "
+            "validation-fraction = 0 with it"
+        )
+    noisy = draw_noisy_labels(
+        mechanism, party.labels[ids], ids, party.key, STREAM_TRANSCRIPT
+    )
+    targets = np.asarray(noisy.coefficients, dtype=np.float64)
+    keep = getattr(mechanism, "keep_probability", None)
+    if keep is not None:
+        rest = (1.0 - keep) / (mechanism.num_classes - 1)
+        targets = (targets - rest) / (keep - rest)
+    return targets
+
+
+@torch.no_grad()
+def noisy_validation_loss(
+    party: LabelParty, targets: np.ndarray, embeddings: torch.Tensor | np.ndarray
+) -> float:
+    """Mean log loss of the top model against debiased noisy targets.
+
+    An unbiased estimate of the clean validation log loss; lower is better.
+    """
+    logits = party.top(torch.as_tensor(embeddings, dtype=torch.float32))
+    losses = per_class_losses(logits).double().numpy()
+    return float((losses * targets).sum(axis=1).mean())
+
+
+class BestEpoch:
+    """The epoch with the lowest validation score, and the top model's state then."""
+
+    def __init__(self) -> None:
+        self.epoch: int | None = None
+        self.score = float("inf")
+        self.top_state: dict[str, Any] | None = None
+
+    def update(self, epoch: int, score: float, party: LabelParty) -> bool:
+        """Record ``epoch``'s score; True (and keep the top model) if it is best."""
+        if not np.isfinite(score) or score >= self.score:
+            return False
+        self.epoch, self.score = epoch, score
+        self.top_state = copy.deepcopy(party.top.state_dict())
+        return True
+
+    def restore(self, party: LabelParty) -> None:
+        """Load the best epoch's top model into ``party``."""
+        if self.top_state is not None:
+            party.top.load_state_dict(self.top_state)
+
+    def state_dict(self) -> dict[str, Any]:
+        """For the label party's checkpoint."""
+        return {"epoch": self.epoch, "score": self.score, "top": self.top_state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.epoch = None if state["epoch"] is None else int(state["epoch"])
+        self.score = float(state["score"])
+        self.top_state = state["top"]
+
+
+class Validation:
+    """The held-out ids of a run, their debiased noisy targets and the best epoch.
+
+    Parameters
+    ----------
+    num_train
+        Training ids are ``0..num_train-1``.
+    fraction, seed
+        As :func:`validation_ids`; ``fraction = 0`` holds out nothing.
+    """
+
+    def __init__(self, num_train: int, fraction: float, seed: int) -> None:
+        self.ids = validation_ids(num_train, fraction, seed)
+        self.pool = np.setdiff1d(np.arange(num_train, dtype=np.int64), self.ids)
+        """The ids trained on."""
+        self.best = BestEpoch()
+        self._targets: np.ndarray | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether any id is held out (else every epoch is kept, the last wins)."""
+        return bool(self.ids.size)
+
+    def query(self, num_test: int) -> tuple[list[np.ndarray], list[str]]:
+        """The ids an evaluation query embeds (validation, then test), their splits."""
+        ids, splits = [], []
+        if self.active:
+            ids.append(self.ids)
+            splits.append("train")
+        if num_test:
+            ids.append(np.arange(num_test, dtype=np.int64))
+            splits.append("test")
+        return ids, splits
+
+    def score(self, party: LabelParty, embeddings: torch.Tensor | np.ndarray) -> float:
+        """The epoch's validation loss (:func:`noisy_validation_loss`)."""
+        if self._targets is None:
+            self._targets = unbiased_targets(party, self.ids)
+        return noisy_validation_loss(party, self._targets, embeddings)
