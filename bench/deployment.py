@@ -9,6 +9,10 @@ one after the other, through :func:`~tpsl_flwr.experiments.run.run_experiment`:
   and 2 ``flower-supernode`` on loopback, every message in a fresh
   ``flwr-clientapp`` process that imports no torch and forwards it to the
   node's long-lived party worker, ``tpsl-flwr party``), ``flwr run`` there;
+- ``deployment+worker+pipeline``: the same as ``deployment+worker`` with
+  ``pipeline-depth = 1`` (the label party sends message ``k + 1`` before it
+  reads reply ``k``, so a SuperNode that sends a reply finds its next message
+  waiting instead of sleeping 3 s; the bottom models embed one step stale);
 - ``deployment``: the same without workers (each message's process imports
   torch and rebuilds the party);
 - ``ray``: ``flwr run`` on Flower's Ray simulation;
@@ -20,10 +24,12 @@ SuperExec's wait between two task polls, 1 s by default; Flower reads it).
 
 Columns: ``s/round trip`` is ``round_trip_seconds``: the label party's epoch
 training seconds over the epoch's round trips (``ceil(batches / steps per
-message)`` train messages + 1 test query), i.e. a MEAN per message, the same
-formula for every engine; ``node median`` is, for the deployment, the median
-time between two consecutive train messages arriving at SuperNode 0, from
-its log lines timestamped as they were written. ``samples/s`` is the results'
+message)`` train messages + 1 test query, + the gradient-only messages of a
+pipelined run), i.e. a MEAN per message, the same formula for every engine
+(pipelined messages overlap: there it is seconds per message, not latency);
+``node median`` is, for the deployment, the median time between two
+consecutive train messages arriving at SuperNode 0, from its log lines
+timestamped as they were written. ``samples/s`` is the results'
 ``samples_per_second``. ``deployment/ray`` divides the deployment's samples/s
 by Ray's. Targets (the issue's): deployment round trip <= 1.5 s at 1 step per
 message; deployment/Ray samples/s >= 0.2 at batch 1024 (``--batch-size 64
@@ -53,6 +59,7 @@ cores.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import itertools
 import math
@@ -70,7 +77,15 @@ from typing import Any
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import DEPLOYMENT_LOGS, run_experiment
 
-ENGINES = ("deployment+worker", "deployment", "ray", "in-process")
+ENGINES = (
+    "deployment+worker",
+    "deployment+worker+pipeline",
+    "deployment",
+    "ray",
+    "in-process",
+)
+PIPELINED = "+pipeline"
+"""An engine with this in its name runs with ``pipeline-depth = 1``."""
 POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
 _WORKER = re.compile(r"worker \d+ (\S+) recv ([0-9.]+) sent ([0-9.]+)")
 ROUND_TRIP_TARGET = 1.5
@@ -197,6 +212,8 @@ def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
     """Run ``cfg`` on ``engine``; the results plus wall s (and node log timings)."""
     started = time.perf_counter()
     timer = None
+    if PIPELINED in engine:
+        cfg = dataclasses.replace(cfg, pipeline_depth=1)
     logs = Path(cfg.out_dir).resolve() / DEPLOYMENT_LOGS
     deployed = engine.startswith("deployment")
     poll = engine.partition("poll=")[2]
@@ -443,7 +460,9 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for (engine, batch, spm), r in rows.items():
-        trips = math.ceil(math.ceil(r["train_rows"] / batch) / spm) + 1
+        train = math.ceil(math.ceil(r["train_rows"] / batch) / spm)
+        depth = int(r["config"].get("pipeline-depth", 0))
+        trips = train + min(depth, train - 1) + 1
         node = _med(r["node_gaps"]["round_trip"]) if "node_gaps" in r else "-"
         print(
             f"| {engine} | {batch} | {spm} | {trips} | {r['round_trip_seconds']:.3f} "

@@ -30,7 +30,10 @@ def finished_run(tmp_path_factory):
     ("change", "named"),
     [
         ({"epsilon": 4.0}, "epsilon (1.0 -> 4.0)"),
-        ({"mechanism": "gaussian"}, "mechanism ('laplace' -> 'gaussian')"),
+        (
+            {"mechanism": "gaussian", "validation_fraction": 0.0},
+            "mechanism ('laplace' -> 'gaussian')",
+        ),
         ({"placement": "cut"}, "placement ('logits' -> 'cut')"),
         ({"reuse_noise": False}, "reuse-noise (True -> False)"),
         ({"seed": 3}, "seed (0 -> 3)"),

@@ -219,6 +219,7 @@ def test_a_resumed_run_keeps_the_best_epoch_of_the_first(tmp_path):
         batch_size=64,
         validation_fraction=0.2,
         weight_decay=0.01,
+        lr_schedule="constant",
         noise_seed=5,
     )
     once, _ = run_inprocess_experiment(

@@ -63,6 +63,7 @@ def test_transcript_holds_only_ids_perturbed_gradients_and_public_config(tmp_pat
         batch_size=128,
         noise_seed=7,
         out_dir=str(tmp_path),
+        denoise="none",  # the paper's GradPerturb, recomputed below
     )
     strategy, _ = build_strategy(cfg)
     party = strategy.party
@@ -141,6 +142,8 @@ def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
         epochs=2,
         batch_size=64,
         out_dir=str(tmp_path),
+        lr_schedule="constant",  # a cosine schedule spans the configured epochs
+        validation_fraction=0.0,  # every training id trained on
     )
     first, _ = run_inprocess_experiment(cfg)
     resumed_cfg = ExperimentConfig(
@@ -150,6 +153,8 @@ def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
         batch_size=64,
         out_dir=str(tmp_path),
         resume=True,
+        lr_schedule="constant",
+        validation_fraction=0.0,
     )
     second, grid = run_inprocess_experiment(resumed_cfg, record_messages=True)
     assert [h["epoch"] for h in second["history"]] == [1, 2, 3]

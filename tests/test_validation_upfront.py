@@ -24,7 +24,10 @@ from tpsl_flwr.simulations.cli import main
         # mechanism vs its parameter, for the dataset's classes
         ({"mechanism": "laplace", "epsilon": 0.0}, "epsilon must be > 0"),
         ({"mechanism": "discrete", "epsilon": float("inf")}, "got inf"),
-        ({"mechanism": "gaussian", "sigma": -1.0}, "sigma must be > 0"),
+        (
+            {"mechanism": "gaussian", "sigma": -1.0, "validation_fraction": 0.0},
+            "sigma must be > 0",
+        ),
         ({"mechanism": "lapalce"}, "unknown mechanism 'lapalce'"),
         ({"dataset": "digits", "epsilon": 1.5e-6}, "epsilon 1.5e-06 is too small"),
         # dataset vs data-path
@@ -85,7 +88,9 @@ def test_good_combinations_pass():
     ExperimentConfig(num_parties=16)
     ExperimentConfig(dataset="breast-cancer", num_parties=30, rows=100)
     ExperimentConfig(mechanism="none", epsilon=-1.0)  # takes no parameter
-    ExperimentConfig(mechanism="gaussian", epsilon=0.0, sigma=2.0)
+    ExperimentConfig(
+        mechanism="gaussian", epsilon=0.0, sigma=2.0, validation_fraction=0.0
+    )
     assert schema_classes("digits") == 10 and schema_classes("criteo") == 2
 
 
@@ -121,7 +126,10 @@ def test_simulate_refuses_before_anything_starts_in_one_line(capsys, monkeypatch
         (["--dataset", "criteo", "--data-path", "/no/file.gz"], "'/no/file.gz'"),
         (["--split", "time"], "split='time'"),
         (["--test-fraction", "1.5"], "1.5"),
-        (["--mechanism", "gaussian", "--sigma", "0"], "sigma"),
+        (
+            ["--mechanism", "gaussian", "--sigma", "0", "--validation-fraction", "0"],
+            "sigma",
+        ),
     ],
 )
 def test_simulate_names_the_bad_value(argv, named, capsys):

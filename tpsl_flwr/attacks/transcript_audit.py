@@ -7,6 +7,13 @@ the attacker's numbers; the white-box shortest-distance attack also gets the
 candidate gradients ``g_j`` of the top model *before* the step (the parameters
 the perturbed gradient was computed with). Everything here is derived from
 labels and stays with the label party (it goes to its own results file).
+
+When the label party trains on the posterior with the top model's prediction
+as the prior (``denoise = "posterior"``, ``denoise_prior = "model"``), the
+dispatched gradient carries that prediction, which a white-box attacker knows
+anyway; each sample's prior is recorded too, and the ceiling becomes the
+prior-aware one (:mod:`~tpsl_flwr.privacy.prior_bound`), reported beside the
+plain one.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from torch import Tensor
 from tpsl_flwr.attacks.report import BatchRecord, attack_report
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.perturb import candidate_gradients
+from tpsl_flwr.privacy.prior_bound import prior_aware_ceiling
 
 
 class TranscriptAudit:
@@ -36,6 +44,8 @@ class TranscriptAudit:
     def __init__(self, slices: Sequence[tuple[int, int]]) -> None:
         self.slices = list(slices)
         self.records: list[list[BatchRecord]] = [[] for _ in self.slices]
+        self.priors: list[tuple[np.ndarray, np.ndarray]] = []
+        """``(prior, labels)`` per step when the transcript carries the prior."""
         self.seconds = 0.0
 
     def step(
@@ -50,6 +60,9 @@ class TranscriptAudit:
         """
         started = time.perf_counter()
         candidates = candidate_gradients(party.top, embeddings).numpy()
+        if _carries_model_prior(party):
+            prior = party.predict(embeddings)[:, 1]
+            self.priors.append((prior, party.labels[ids]))
         spent = time.perf_counter() - started
         dispatched = party.train_step(ids, embeddings, epoch=epoch)
         started = time.perf_counter()
@@ -82,6 +95,9 @@ class TranscriptAudit:
             ``seconds`` spent auditing.
         """
         started = time.perf_counter()
+        plain = auc_bound
+        if auc_bound is not None and self.priors:
+            auc_bound = max(auc_bound, self._prior_aware(auc_bound))
         reports = [
             attack_report(records, auc_bound=auc_bound) for records in self.records
         ]
@@ -92,6 +108,27 @@ class TranscriptAudit:
             "by_party": reports,
             "seconds": self.seconds,
         }
+        if self.priors:
+            out["auc_bound_without_prior"] = plain
         self.records = [[] for _ in self.slices]
+        self.priors = []
         self.seconds = 0.0
         return out
+
+    def _prior_aware(self, auc_bound: float) -> float:
+        """The epoch's prior-aware ceiling for the plain ceiling ``auc_bound``."""
+        prior = np.clip(np.concatenate([p for p, _ in self.priors]), 1e-6, 1 - 1e-6)
+        labels = np.concatenate([y for _, y in self.priors])
+        if auc_bound >= 1.0 or labels.min() == labels.max():
+            return auc_bound
+        epsilon = float(np.log(auc_bound / (1.0 - auc_bound)))
+        return prior_aware_ceiling(prior, labels, epsilon)
+
+
+def _carries_model_prior(party: LabelParty) -> bool:
+    """Whether the dispatched gradients carry the top model's prediction."""
+    return (
+        party.mechanism.is_binary
+        and getattr(party, "denoise", "none") == "posterior"
+        and getattr(party, "denoise_prior", "model") == "model"
+    )

@@ -32,11 +32,7 @@ from tpsl_flwr.data import (
 from tpsl_flwr.data.bundled import BUNDLED, bundled_rows
 from tpsl_flwr.data.ctr.load import SPLITS
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.experiments.config_fields import (
-    DENOISE_PRIORS,
-    DENOISERS,
-    LR_SCHEDULES,
-)
+from tpsl_flwr.experiments.training_settings import check_training, resolve_denoise
 from tpsl_flwr.privacy.mechanisms import Mechanism, make_mechanism
 from tpsl_flwr.validation import check_int, check_placement, check_positive_finite
 
@@ -80,14 +76,15 @@ class ExperimentConfig:
     reuse_noise: bool = True
     epochs: int = 2
     batch_size: int = 256
-    lr: float = 1e-2
-    lr_schedule: str = "constant"
-    weight_decay: float = 0.0
+    lr: float = 3e-3
+    lr_schedule: str = "cosine"
+    weight_decay: float = 0.3
     wide: bool = False
-    validation_fraction: float = 0.0
-    denoise: str = "none"
+    validation_fraction: float = 0.1
+    denoise: str = "auto"
     denoise_prior: str = "model"
     steps_per_message: int = 1
+    pipeline_depth: int = 0
     num_parties: int = 2
     embedding_dim: int = 16
     bottom_hidden: int = 64
@@ -127,6 +124,7 @@ class ExperimentConfig:
             "top_hidden",
         ):
             check_int(getattr(self, name), name.replace("_", "-"))
+        check_int(self.pipeline_depth, "pipeline-depth", 0)
         for name in ("seed", "noise_seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -159,38 +157,12 @@ class ExperimentConfig:
 
     def _check_training(self) -> None:
         """lr-schedule, weight-decay, validation-fraction and denoise."""
-        for key, choices in (
-            ("lr-schedule", LR_SCHEDULES),
-            ("denoise", DENOISERS),
-            ("denoise-prior", DENOISE_PRIORS),
-        ):
-            value = getattr(self, key.replace("-", "_"))
-            if value not in choices:
-                raise ConfigError(
-                    f"{key} must be one of {', '.join(choices)}, got {value!r}"
-                )
-        for key, low, high in (
-            ("weight-decay", 0.0, math.inf),
-            ("validation-fraction", 0.0, 0.5),
-        ):
-            value = getattr(self, key.replace("-", "_"))
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not low <= value < high
-            ):
-                raise ConfigError(f"{key} must be in [{low}, {high}), got {value!r}")
-        if self.validation_fraction and self.mechanism == "gaussian":
-            raise ConfigError(
-                "validation scores noisy labels, and mechanism 'gaussian' leaves "
-                "the labels clean; use validation-fraction = 0 with it"
-            )
-        noisy_labels = ("laplace", "discrete")
-        if self.denoise == "posterior" and self.mechanism not in noisy_labels:
-            raise ConfigError(
-                "denoise = 'posterior' needs noisy labels (mechanism laplace or "
-                f"discrete), got mechanism {self.mechanism!r}"
-            )
+        check_training(self)
+
+    @property
+    def label_denoise(self) -> str:
+        """``denoise`` with ``auto`` resolved: posterior where labels are noisy."""
+        return resolve_denoise(self.denoise, self.mechanism)
 
     def _check_data(self) -> None:
         """Dataset, data-path, split, test-fraction, rows and hash-buckets."""

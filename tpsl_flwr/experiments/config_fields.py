@@ -14,7 +14,7 @@ from tpsl_flwr.validation import PLACEMENTS
 
 LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine")
 """Learning-rate schedules of every party's optimizer."""
-DENOISERS: tuple[str, ...] = ("none", "posterior")
+DENOISERS: tuple[str, ...] = ("auto", "none", "posterior")
 """What the label party trains on (Malek et al. 2021's ALIBI-style posterior)."""
 DENOISE_PRIORS: tuple[str, ...] = ("model", "frequency")
 """Where the posterior's prior comes from."""
@@ -48,11 +48,16 @@ FIELD_HELP: dict[str, str] = {
     "the best epoch's models are restored at the end; 0: no validation",
     "denoise": "what the label party trains on: the mechanism's noisy labels "
     "(none, the paper), or their posterior given a prior (posterior; "
-    "post-processing, same epsilon)",
+    "post-processing, same epsilon); auto: posterior for laplace and "
+    "discrete, none otherwise",
     "denoise-prior": "prior of denoise=posterior: the current top model's "
     "prediction (model) or class frequencies estimated from the noisy labels "
     "(frequency)",
     "steps-per-message": "training steps batched into one message per node",
+    "pipeline-depth": "train messages sent ahead of the replies, per node: d > 0 "
+    "keeps a node's queue non-empty (no 3 s idle pull on a Flower deployment) but "
+    "its bottom model embeds d steps stale; 0: sequential split learning; refused "
+    "on Ray simulation",
     "num-parties": "non-label parties (Flower nodes), each holding a column slice",
     "embedding-dim": "width of each non-label party's embedding",
     "bottom-hidden": "hidden width of each non-label party's bottom model",

@@ -91,7 +91,7 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         placement=cfg.placement,
         optimizer=adam(cfg.lr, cfg.weight_decay),
         reuse_noise=cfg.reuse_noise,
-        denoise=cfg.denoise,
+        denoise=cfg.label_denoise,
         denoise_prior=cfg.denoise_prior,
     )
     strategy = TPSLStrategy(
@@ -100,6 +100,7 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         batch_size=cfg.batch_size,
         epochs=cfg.epochs,
         steps_per_message=cfg.steps_per_message,
+        pipeline_depth=cfg.pipeline_depth,
         order_seed=cfg.seed,
         num_nodes=cfg.num_parties,
         audit=cfg.audit,

@@ -167,6 +167,10 @@ def run_experiment(
     ('local', 1.0, True)
     """
     check_engine(engine)
+    if engine == "ray" and cfg.pipeline_depth > 0:
+        from tpsl_flwr.strategies.pipeline import NOT_ON_RAY
+
+        raise ConfigError(NOT_ON_RAY.format(depth=cfg.pipeline_depth))
     prepare_run_folder(
         cfg.out_dir,
         resume=cfg.resume,
@@ -250,7 +254,8 @@ def round_trip_seconds(results: dict[str, Any]) -> float:
     The strategy does not time its round trips one by one: an epoch's
     training seconds (``samples / samples_per_second``: the transcript audit,
     if on, excluded) over that epoch's round trips (``ceil(batches /
-    steps-per-message)`` train messages plus one test query), i.e. the MEAN
+    steps-per-message)`` train messages, plus ``min(pipeline-depth, train
+    messages - 1)`` gradient-only messages, plus one test query), i.e. the MEAN
     per round trip of each epoch; the median of those means over the epochs.
 
     Examples
@@ -264,7 +269,9 @@ def round_trip_seconds(results: dict[str, Any]) -> float:
     """
     config = results["config"]
     batches = math.ceil(int(results["train_rows"]) / int(config["batch-size"]))
-    messages = math.ceil(batches / int(config["steps-per-message"])) + 1
+    train = math.ceil(batches / int(config["steps-per-message"]))
+    depth = int(config.get("pipeline-depth", 0))
+    messages = train + min(depth, train - 1) + 1
     means = [
         float(entry["samples"]) / float(entry["samples_per_second"]) / messages
         for entry in results["history"]

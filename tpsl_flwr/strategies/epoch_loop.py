@@ -13,8 +13,10 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
+from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
 from tpsl_flwr.strategies.exchange import exchange
+from tpsl_flwr.strategies.pipeline import train_steps
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.label_side import check_replies, step_message
 
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from tpsl_flwr.strategies.tpsl_strategy import TPSLStrategy
 
 __all__ = [
+    "refuse_configs",
+    "save_checkpoint",
     "scale_setting",
     "schedule_step",
     "select_epoch",
@@ -65,14 +69,8 @@ def train_epoch(
     strategy.begin_epoch(epoch)
     if strategy.audit:
         strategy._audit = TranscriptAudit([(n.offset, n.width) for n in strategy.nodes])
-    server_round = epoch * len(strategy._state.batches)
-    while strategy._state.cursor < len(strategy._state.batches):
-        server_round += 1
-        messages = strategy.configure_train(
-            server_round, ArrayRecord(), ConfigRecord(), grid
-        )
-        replies = exchange(grid, messages, timeout, strategy.poll_interval)
-        strategy.aggregate_train(server_round, replies)
+    per_epoch = len(strategy._state.batches) + strategy.pipeline_depth
+    server_round = train_steps(strategy, grid, epoch * per_epoch, timeout)
     # The nodes checkpoint with the label party, never without it (after
     # the best-epoch decision, when there is one to keep).
     at_end = strategy.store is not None and strategy.best is None
@@ -104,6 +102,25 @@ def train_epoch(
     if attacks is not None:
         entry["attack_auc"] = attacks
     return entry
+
+
+def save_checkpoint(strategy: TPSLStrategy, epoch: int) -> None:
+    """With a store: save the label party's state (and best epoch) and history."""
+    if strategy.store is not None:
+        state = strategy.party.state_dict()
+        if strategy.best is not None:
+            state["best"] = strategy.best.state_dict()
+        strategy.store.save_checkpoint(epoch, strategy.history, state)
+
+
+def refuse_configs(**given: ConfigRecord | None) -> None:
+    """Refuse non-empty configs ``start`` was given: it sends only its own keys."""
+    for name, config in given.items():
+        if config:
+            raise ConfigError(
+                f"TPSLStrategy.start does not send {name} ({sorted(config)}): "
+                "only the protocol's keys may leave the label party"
+            )
 
 
 def schedule_step(strategy: TPSLStrategy) -> None:

@@ -7,8 +7,10 @@ trip per step, so that sleep, not the work, would set the pace: a node that
 answers in 20 ms still costs a full interval. :func:`exchange` uses the same
 public ``push_messages``/``pull_messages`` calls, but polls after 1 ms, then
 backs off by doubling up to ``max_interval``, so a round trip costs about the
-nodes' time to answer. Every message the label party sends passes here, and
-is checked against the protocol's allow-list before it leaves.
+nodes' time to answer. :func:`push` and :func:`collect` are its two halves,
+for a caller that keeps messages in flight while it collects older replies
+(``pipeline-depth``). Every message the label party sends passes here, and is
+checked against the protocol's allow-list before it leaves.
 
 A node that stops answering is bounded by ``timeout`` (the run config's
 ``reply-timeout``, 60 s by default): when it passes, each node still silent
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from flwr.app import Error, Message
 from flwr.common.constant import ErrorCode
@@ -37,7 +40,10 @@ __all__ = [
     "MAX_INTERVAL",
     "NOT_DELIVERED",
     "NO_REPLY",
+    "Pushed",
+    "collect",
     "exchange",
+    "push",
     "wait_for_nodes",
 ]
 
@@ -58,6 +64,8 @@ def exchange(
     max_interval: float = MAX_INTERVAL,
 ) -> list[Message]:
     """Push ``messages`` and return their replies, as ``grid.send_and_receive``.
+
+    :func:`push` then :func:`collect`.
 
     Parameters
     ----------
@@ -89,10 +97,49 @@ def exchange(
         (:func:`~tpsl_flwr.wire.protocol.check_outgoing`); nothing is sent then.
     """
     max_interval = check_positive_finite(max_interval, "max_interval")
+    return collect(grid, push(grid, messages), timeout, max_interval)
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """Messages a grid accepted, whose replies :func:`collect` is to pull."""
+
+    outgoing: list[Message]
+    """Every message handed to the grid (accepted or not)."""
+    accepted: frozenset[str]
+    """The ids the grid returned for them."""
+
+
+def push(grid: Grid, messages: Iterable[Message]) -> Pushed:
+    """Check every message against the allow-list, then push them all now.
+
+    Raises
+    ------
+    PrivacyError
+        If a message holds anything the protocol's allow-list does not
+        (:func:`~tpsl_flwr.wire.protocol.check_outgoing`); nothing is sent then.
+    """
     outgoing = list(messages)
     for message in outgoing:
         check_outgoing(message.content)
-    waiting = {i for i in grid.push_messages(outgoing) if i is not None}
+    accepted = frozenset(i for i in grid.push_messages(outgoing) if i is not None)
+    return Pushed(outgoing, accepted)
+
+
+def collect(
+    grid: Grid,
+    pushed: Pushed,
+    timeout: float | None,
+    max_interval: float = MAX_INTERVAL,
+) -> list[Message]:
+    """The replies to ``pushed``, polling as :func:`exchange` does.
+
+    ``timeout`` counts from this call (a message pushed earlier may wait
+    behind another one at its node); replies and error replies as
+    :func:`exchange` returns them.
+    """
+    max_interval = check_positive_finite(max_interval, "max_interval")
+    waiting = set(pushed.accepted)
     deadline = None if timeout is None else time.monotonic() + timeout
     replies: list[Message] = []
     interval = min(FIRST_INTERVAL, max_interval)
@@ -110,7 +157,7 @@ def exchange(
         else:
             time.sleep(interval)
         interval = min(2 * interval, max_interval)
-    return _in_the_nodes_names(outgoing, replies, waiting, timeout)
+    return _in_the_nodes_names(pushed.outgoing, replies, waiting, timeout)
 
 
 def _in_the_nodes_names(

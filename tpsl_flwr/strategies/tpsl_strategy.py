@@ -15,6 +15,8 @@ is embedded ``j`` bottom updates earlier than sequential split learning would
 (staleness up to ``K - 1`` steps), and when the node applies the ``K``
 gradients it recomputes each batch's forward pass with its current, already
 updated, parameters. ``K = 1`` is exact sequential split learning.
+``pipeline_depth = d > 0`` keeps ``d + 1`` messages in flight per node: the
+bottom models embed ``d`` steps stale (:mod:`~tpsl_flwr.strategies.pipeline`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
-from tpsl_flwr.errors import ConfigError, PrivacyError
+from tpsl_flwr.errors import PrivacyError
 from tpsl_flwr.evaluation import classification_metrics
 from tpsl_flwr.label_store import LabelStore, Release
 from tpsl_flwr.parties import LabelParty
@@ -45,6 +47,8 @@ from tpsl_flwr.strategies.epoch_log import (
     record_epoch,
 )
 from tpsl_flwr.strategies.epoch_loop import (
+    refuse_configs,
+    save_checkpoint,
     scale_setting,
     schedule_step,
     send_to_all,
@@ -131,6 +135,9 @@ class TPSLStrategy(Strategy):
     lr_schedule
         ``constant`` or ``cosine`` (:func:`~tpsl_flwr.parties.optim.lr_scale`);
         each message tells the nodes the scale of the gradients it carries.
+    pipeline_depth
+        ``d``: push train message ``k + d`` before pulling reply ``k``, so the
+        bottom models embed ``d`` steps stale; 0: sequential (the default).
 
     See ``docs/embedding.md`` for the contracts of both parties and for
     resuming an embedded run.
@@ -154,6 +161,7 @@ class TPSLStrategy(Strategy):
         release: Release | None = None,
         validation_fraction: float = 0.0,
         lr_schedule: str = "constant",
+        pipeline_depth: int = 0,
     ) -> None:
         for name, value in (
             ("batch_size", batch_size),
@@ -161,6 +169,7 @@ class TPSLStrategy(Strategy):
             ("steps_per_message", steps_per_message),
         ):
             check_int(value, name)
+        self.pipeline_depth = check_int(pipeline_depth, "pipeline_depth", 0)
         if num_nodes is not None:
             check_int(num_nodes, "num_nodes")
         self.poll_interval = check_positive_finite(poll_interval, "poll_interval")
@@ -277,10 +286,12 @@ class TPSLStrategy(Strategy):
         state.cursor += len(state.in_flight)
         settings = {P.EPOCH: state.epoch, P.ROUND: server_round, P.SPLIT: "train"}
         settings.update(scale_setting(self))
-        return [
+        messages = [
             step_message(n, P.MSG_TRAIN, settings, state.in_flight, state.pending)
             for n in self.nodes
         ]
+        state.pending = []  # dispatched
+        return messages
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -289,7 +300,6 @@ class TPSLStrategy(Strategy):
         state = self._state
         by_node = check_replies(self.nodes, replies, [n.node_id for n in self.nodes])
         embeddings = gather_embeddings(self.nodes, by_node, state.in_flight)
-        state.pending = []
         for ids, emb in zip(state.in_flight, embeddings, strict=True):
             schedule_step(self)
             if self._audit is not None:
@@ -369,15 +379,7 @@ class TPSLStrategy(Strategy):
         ConfigError
             For a non-empty ``train_config`` or ``evaluate_config``.
         """
-        for name, given in (
-            ("train_config", train_config),
-            ("evaluate_config", evaluate_config),
-        ):
-            if given:
-                raise ConfigError(
-                    f"TPSLStrategy.start does not send {name} ({sorted(given)}): "
-                    "only the protocol's keys may leave the label party"
-                )
+        refuse_configs(train_config=train_config, evaluate_config=evaluate_config)
         if num_rounds is not None:
             check_int(num_rounds, "num_rounds")
             self.epochs = num_rounds
@@ -404,11 +406,7 @@ class TPSLStrategy(Strategy):
             self.history.append(entry)
             record_epoch(result, entry)
             log(INFO, "epoch %d/%d  %s", epoch + 1, self.epochs, progress_line(entry))
-            if self.store is not None:
-                state = self.party.state_dict()
-                if self.best is not None:
-                    state["best"] = self.best.state_dict()
-                self.store.save_checkpoint(epoch, self.history, state)
+            save_checkpoint(self, epoch)
             if self.on_epoch_end is not None:
                 self.on_epoch_end(epoch, entry)
         if self.best is not None and self.best.epoch is not None:
