@@ -383,7 +383,9 @@ def _assert_tpsl_results(
     assert results["noise_key"]["secure"] is False  # seeded
     assert [h["epoch"] for h in results["history"]] == [1]
     n_train = ExperimentConfig(dataset="breast-cancer").load_labels().train_labels.size
-    assert results["history"][0]["samples"] == results["train_rows"] == n_train
+    trained = results["history"][0]["samples"]
+    assert trained + results["validation_rows"] == results["train_rows"] == n_train
+    assert 0 < results["validation_rows"] < n_train // 4  # 10% held out, by id
     assert results["config"]["batch-size"] == config["batch-size"]
     assert results["config"]["steps-per-message"] == config.get("steps-per-message", 1)
     # Each SuperNode ran the ClientApp for its own partition and checkpointed it

@@ -170,6 +170,7 @@ def run_label_party(
         "config": cfg.to_run_config(),
         "history": history,
         "best_epoch": None if best is None else best + 1,
+        "validation_rows": int(strategy.validation.ids.size),
         **facts,
     }
     for key in ("test_auc", "test_accuracy", "test_logloss"):
