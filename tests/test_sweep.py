@@ -157,6 +157,13 @@ def test_shipped_configs_parse():
     assert set(paper.mechanisms) == {"none", "laplace", "discrete", "gaussian"}
     text = (folder / "criteo_file.toml").read_text()
     assert "data-path" in text
+    # The paper's variant, and the same grid with noise-aware training: same
+    # run names (hence noise keys), plain vs posterior side by side
+    assert {spec.config.label_denoise for spec in paper.runs()} == {"none"}
+    posterior = load_sweep(folder / "paper_grid_posterior.toml")
+    names = {spec.name for spec in posterior.runs()}
+    assert names < {spec.name for spec in paper.runs()}
+    assert {spec.config.label_denoise for spec in posterior.runs()} == {"posterior"}
 
 
 # --- the rows axis ---------------------------------------------------------
