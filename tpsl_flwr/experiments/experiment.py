@@ -78,6 +78,9 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         id_space={
             **{key: run_config[key] for key in ID_SPACE_KEYS},
             "id-space": labels.id_space,
+            # Which ids are held out: a changed hold-out would train on labels
+            # already released for validation (and vice versa).
+            "validation-fraction": cfg.validation_fraction,
         },
     )
     store = LabelStore(cfg.label_party_dir)
