@@ -25,7 +25,11 @@ from typing import Any
 
 from tpsl_flwr.engines.deployment import DeploymentRuntime
 from tpsl_flwr.engines.deployment_security import log_contains
-from tpsl_flwr.engines.processes import FlowerLaunchError, find_launched_processes
+from tpsl_flwr.engines.processes import (
+    FlowerLaunchError,
+    descendants,
+    find_launched_processes,
+)
 
 __all__ = [
     "KilledSupernode",
@@ -60,25 +64,6 @@ class KilledSupernode:
     killed_at: float
 
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, stack = [], list(children.get(pid, []))
-    while stack:
-        child = stack.pop()
-        found.append(child)
-        stack.extend(children.get(child, []))
-    return found
-
-
 def _kill(pids: list[int]) -> None:
     for pid in pids:
         try:
@@ -111,7 +96,7 @@ def kill_supernode(runtime: DeploymentRuntime, index: int) -> KilledSupernode:
     command = [
         arg.decode() for arg in (_PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
     ][:-1]
-    pids = [pid, *_descendants(pid)]
+    pids = [pid, *descendants(pid)]
     _kill(pids)
     killed_at = time.monotonic()
     return KilledSupernode(index, command, pids, killed_at)

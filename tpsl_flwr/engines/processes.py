@@ -29,6 +29,7 @@ from typing import Any
 __all__ = [
     "LAUNCH_ID_ENV",
     "FlowerLaunchError",
+    "descendants",
     "find_launched_processes",
     "terminate_launched",
 ]
@@ -59,6 +60,19 @@ def _ppid_map() -> dict[int, int]:
         if fields and fields[0] != "Z":
             table[int(entry.name)] = int(fields[1])
     return table
+
+
+def descendants(pid: int) -> list[int]:
+    """The live PIDs under ``pid`` (children, their children, ...), zombies left out."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _ppid_map().items():
+        children.setdefault(parent, []).append(child)
+    found, stack = [], list(children.get(pid, []))
+    while stack:
+        child = stack.pop()
+        found.append(child)
+        stack.extend(children.get(child, []))
+    return found
 
 
 def _alive(pid: int) -> bool:
