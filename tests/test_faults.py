@@ -320,6 +320,31 @@ def _assert_same_gradients(got: list[Any], want: list[Any]) -> None:
         np.testing.assert_array_equal(g[3], w[3])
 
 
+def _uninterrupted(out_dir: Any) -> list[Any]:
+    """Every gradient an uninterrupted run dispatches from epoch 1 on."""
+    sent: list[Message] = []
+    _, grid = run_inprocess_experiment(
+        ExperimentConfig(out_dir=str(out_dir), **SETTINGS), on_message=sent.append
+    )
+    return _dispatched(sent, grid, from_epoch=1)
+
+
+def _assert_resume_continues(out_dir: str, reference: list[Any]) -> None:
+    """Resume ``out_dir`` after epoch 0: epochs 1 and 2 dispatch ``reference``.
+
+    Same ids, same noise, same models, and nothing of epoch 0 is resent.
+    """
+    sent: list[Message] = []
+    resumed, grid = run_inprocess_experiment(
+        ExperimentConfig(out_dir=out_dir, resume=True, **SETTINGS),
+        on_message=sent.append,
+    )
+    got = _dispatched(sent, grid, from_epoch=0)
+    assert {epoch for _, epoch, _, _ in got} == {1, 2}
+    _assert_same_gradients(got, reference)
+    assert [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
+
+
 class _LabelPartyKilled(BaseException):
     """The label party's process dying (not an error it could handle)."""
 
@@ -330,11 +355,7 @@ def test_killed_mid_epoch_then_resumed_dispatches_the_same_gradients(
 ):
     # Prepare: an uninterrupted run, and one killed in its 2nd epoch (0-based
     # epoch 1) after 2 of its 4 steps, once epoch 0's checkpoint is written
-    ref_sent: list[Message] = []
-    _, ref_grid = run_inprocess_experiment(
-        ExperimentConfig(out_dir=str(tmp_path / "ref"), **SETTINGS),
-        on_message=ref_sent.append,
-    )
+    reference = _uninterrupted(tmp_path / "ref")
     out_dir = str(tmp_path / "run")
     if who == "node":
         calls = {"n": 0}
@@ -366,19 +387,8 @@ def test_killed_mid_epoch_then_resumed_dispatches_the_same_gradients(
             run_inprocess_experiment(ExperimentConfig(out_dir=out_dir, **SETTINGS))
         monkeypatch.setattr(LabelParty, "train_step", train_step)
 
-    # Execute: resume (healthy parties) from the checkpoint of epoch 0
-    sent: list[Message] = []
-    resumed, grid = run_inprocess_experiment(
-        ExperimentConfig(out_dir=out_dir, resume=True, **SETTINGS),
-        on_message=sent.append,
-    )
-
-    # Assert: epochs 1 and 2 dispatch exactly the uninterrupted run's gradients
-    # (same ids, same noise, same models), and nothing of epoch 0 is resent
-    got = _dispatched(sent, grid, from_epoch=0)
-    assert {epoch for _, epoch, _, _ in got} == {1, 2}
-    _assert_same_gradients(got, _dispatched(ref_sent, ref_grid, from_epoch=1))
-    assert [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
+    # Execute and assert: resume (healthy parties) from the checkpoint of epoch 0
+    _assert_resume_continues(out_dir, reference)
     assert (tmp_path / "run" / "results.json").exists()
 
 
@@ -386,11 +396,7 @@ def test_a_label_party_killed_between_the_nodes_checkpoint_and_its_own_resumes(
     tmp_path, monkeypatch, one_torch_thread
 ):
     """The nodes keep their previous checkpoint, which the resume then needs."""
-    ref_sent: list[Message] = []
-    _, ref_grid = run_inprocess_experiment(
-        ExperimentConfig(out_dir=str(tmp_path / "ref"), **SETTINGS),
-        on_message=ref_sent.append,
-    )
+    reference = _uninterrupted(tmp_path / "ref")
     out_dir = str(tmp_path / "run")
     save = LabelStore.save_checkpoint
 
@@ -404,12 +410,4 @@ def test_a_label_party_killed_between_the_nodes_checkpoint_and_its_own_resumes(
         run_inprocess_experiment(ExperimentConfig(out_dir=out_dir, **SETTINGS))
     monkeypatch.setattr(LabelStore, "save_checkpoint", save)
 
-    sent: list[Message] = []
-    resumed, grid = run_inprocess_experiment(
-        ExperimentConfig(out_dir=out_dir, resume=True, **SETTINGS),
-        on_message=sent.append,
-    )
-    got = _dispatched(sent, grid, from_epoch=0)
-    assert {epoch for _, epoch, _, _ in got} == {1, 2}
-    _assert_same_gradients(got, _dispatched(ref_sent, ref_grid, from_epoch=1))
-    assert [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
+    _assert_resume_continues(out_dir, reference)
