@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from tpsl_flwr import ConfigError, NoiseKey, make_mechanism
+from tpsl_flwr import ConfigError, NoiseKey, PrivacyError, make_mechanism
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_inprocess_experiment
 from tpsl_flwr.models import TopModel
@@ -234,3 +234,32 @@ def test_a_resumed_run_keeps_the_best_epoch_of_the_first(tmp_path):
     )
     assert resumed["best_epoch"] == once["best_epoch"]
     assert resumed["test_auc"] == pytest.approx(once["test_auc"], abs=1e-6)
+
+
+def test_held_out_labels_are_never_trained_on_nor_in_the_frequency_prior():
+    """With fresh noise per epoch, a held-out label leaves only through validation.
+
+    The frequency prior of every epoch's stream is the same whatever the
+    held-out labels are (flipped here), and a step on a held-out id is refused.
+    """
+    n = 2000
+    labels = np.random.default_rng(4).integers(0, 2, size=n)
+    held = validation_ids(n, 0.2, seed=0)
+    flipped = labels.copy()
+    flipped[held] = 1 - flipped[held]
+    priors = []
+    for y in (labels, flipped):
+        party = LabelParty(
+            nn.Linear(2, 1),
+            y,
+            make_mechanism("laplace", epsilon=1.0),
+            NoiseKey.from_seed(3),
+            reuse_noise=False,
+            denoise="posterior",
+            denoise_prior="frequency",
+        )
+        party.hold_out(held)
+        priors.append([party._frequency_prior(stream) for stream in (5, 9)])
+    np.testing.assert_array_equal(np.array(priors[0]), np.array(priors[1]))
+    with pytest.raises(PrivacyError, match=f"sample id {held[0]} is held out"):
+        party.train_step(held[:3], torch.zeros(3, 2))

@@ -147,6 +147,7 @@ class LabelParty:
             check_denoisable(mechanism)
         self.denoise, self.denoise_prior = denoise, denoise_prior
         self._frequency_priors: dict[int, np.ndarray] = {}
+        self._held_out = np.zeros(self.labels.size, dtype=bool)
 
     @property
     def num_outputs(self) -> int:
@@ -205,14 +206,15 @@ class LabelParty:
         found = self._frequency_priors.get(stream)
         if found is not None:
             return found
+        trained = np.flatnonzero(~self._held_out)
         cached = self._all_noise(stream, None)
         if cached is not None:
-            coefficients = cached.coefficients
+            coefficients = cached.coefficients[trained]
         else:  # over the cache cap: draw in chunks, keep only the sum
-            n, k = self.labels.size, self.mechanism.num_classes
+            n, k = trained.size, self.mechanism.num_classes
             coefficients = np.zeros((1, k))
             for start in range(0, n, _PRIOR_CHUNK):
-                ids = np.arange(start, min(start + _PRIOR_CHUNK, n), dtype=np.int64)
+                ids = trained[start : start + _PRIOR_CHUNK]
                 chunk = draw_noisy_labels(
                     self.mechanism, self.labels[ids], ids, self.key, stream
                 )
@@ -242,13 +244,32 @@ class LabelParty:
 
         return posterior
 
+    def hold_out(self, ids: np.ndarray) -> None:
+        """Never train on ``ids``, nor estimate anything from their noisy labels.
+
+        For validation (:mod:`~tpsl_flwr.strategies.selection`): a held-out
+        label is released once, for the stopping decision. The frequency prior
+        is then estimated from the trained ids only, so that with fresh noise
+        per epoch (``reuse_noise=False``) no held-out label is released again
+        through it.
+        """
+        held_out = np.zeros(self.labels.size, dtype=bool)
+        held_out[np.asarray(ids, dtype=np.int64)] = True
+        self._held_out = held_out
+        self._frequency_priors = {}
+
     def check_ids(self, sample_ids: object) -> np.ndarray:
-        """Validate training sample ids against the labels held."""
+        """Validate training sample ids against the labels held (not held out)."""
         ids = check_sample_ids(sample_ids)
         if ids.max() >= self.labels.size:
             raise ConfigError(
                 f"sample id {int(ids.max())} is outside the {self.labels.size} "
                 "training labels held by the label party"
+            )
+        if self._held_out[ids].any():
+            held = int(ids[self._held_out[ids]][0])
+            raise PrivacyError(
+                f"sample id {held} is held out for validation: it is never trained on"
             )
         return ids
 

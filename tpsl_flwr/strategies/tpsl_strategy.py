@@ -193,6 +193,8 @@ class TPSLStrategy(Strategy):
         lr_scale(lr_schedule, 0, 1)  # refuses an unknown schedule
         self.validation = Validation(self.num_train, validation_fraction, order_seed)
         self.best = self.validation.best if self.validation.active else None
+        if self.validation.active:
+            label_party.hold_out(self.validation.ids)
         if release is not None:
             self._restore(release)
 
