@@ -129,6 +129,6 @@ def _carries_model_prior(party: LabelParty) -> bool:
     """Whether the dispatched gradients carry the top model's prediction."""
     return (
         party.mechanism.is_binary
-        and getattr(party, "denoise", "none") == "posterior"
-        and getattr(party, "denoise_prior", "model") == "model"
+        and party.denoise == "posterior"
+        and party.denoise_prior == "model"
     )

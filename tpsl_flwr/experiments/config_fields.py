@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from tpsl_flwr.data import ALL_DATASETS
 from tpsl_flwr.data.ctr.load import SPLITS
+from tpsl_flwr.privacy import posterior
 from tpsl_flwr.privacy.mechanisms import MECHANISMS
 from tpsl_flwr.validation import PLACEMENTS
 
 LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine")
 """Learning-rate schedules of every party's optimizer."""
-DENOISERS: tuple[str, ...] = ("auto", "none", "posterior")
-"""What the label party trains on (Malek et al. 2021's ALIBI-style posterior)."""
-DENOISE_PRIORS: tuple[str, ...] = ("model", "frequency")
+DENOISERS: tuple[str, ...] = ("auto", *posterior.DENOISERS)
+"""What the label party trains on; ``auto`` is resolved per mechanism."""
+DENOISE_PRIORS = posterior.DENOISE_PRIORS
 """Where the posterior's prior comes from."""
 
 FIELD_HELP: dict[str, str] = {

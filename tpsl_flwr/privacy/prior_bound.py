@@ -30,6 +30,7 @@ import math
 import numpy as np
 
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.privacy.closed_forms import auc_bound
 
 __all__ = ["calibrated_log_odds", "prior_aware_auc_bound", "prior_aware_ceiling"]
 
@@ -130,7 +131,6 @@ def prior_aware_ceiling(
     its AUC is at most the largest of the three.
     """
     y = np.asarray(labels)
-    plain = 1.0 if math.isinf(epsilon) else 1.0 / (1.0 + math.exp(-epsilon))
-    log_odds = calibrated_log_odds(priors, y)
-    combined = _rr_auc(log_odds, y, epsilon)
-    return max(plain, _rr_auc(np.asarray(priors, dtype=np.float64), y, 0.0), combined)
+    combined = _rr_auc(calibrated_log_odds(priors, y), y, epsilon)
+    alone = _rr_auc(np.asarray(priors, dtype=np.float64), y, 0.0)
+    return max(auc_bound(epsilon), alone, combined)
