@@ -1,6 +1,7 @@
 """`tpsl-flwr sweep`: a tiny grid end to end, resume, and bad configs."""
 
 import csv
+import json
 import re
 from pathlib import Path
 
@@ -11,7 +12,9 @@ from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.sweep import (
     CSV_COLUMNS,
     SweepConfig,
+    csv_columns,
     load_sweep,
+    run_noise_seed,
     run_row,
     run_sweep,
 )
@@ -157,13 +160,23 @@ def test_shipped_configs_parse():
     assert set(paper.mechanisms) == {"none", "laplace", "discrete", "gaussian"}
     text = (folder / "criteo_file.toml").read_text()
     assert "data-path" in text
-    # The paper's variant, and the same grid with noise-aware training: same
-    # run names (hence noise keys), plain vs posterior side by side
-    assert {spec.config.label_denoise for spec in paper.runs()} == {"none"}
-    posterior = load_sweep(folder / "paper_grid_posterior.toml")
-    names = {spec.name for spec in posterior.runs()}
-    assert names < {spec.name for spec in paper.runs()}
-    assert {spec.config.label_denoise for spec in posterior.runs()} == {"posterior"}
+    assert not (folder / "paper_grid_posterior.toml").exists()
+    # The paper's variant and noise-aware training in one grid: 48 plain runs,
+    # 33 posterior ones (gaussian has none), each variant with its settings.
+    specs = paper.runs()
+    assert len(specs) == 48 + 33
+    plain = [s.config for s in specs if s.config.label_denoise == "none"]
+    posterior = [s.config for s in specs if s.config.label_denoise == "posterior"]
+    assert (len(plain), len(posterior)) == (48, 33)
+    assert {(c.lr_schedule, c.weight_decay, c.validation_fraction) for c in plain} == {
+        ("constant", 0.0, 0.0)
+    }
+    assert {
+        (c.lr_schedule, c.weight_decay, c.validation_fraction) for c in posterior
+    } == {("cosine", 0.3, 0.1)}
+    assert "gaussian" not in {c.mechanism for c in posterior}
+    # Both variants share the keys the separate plain grid had.
+    assert {c.noise_seed for c in posterior} < {c.noise_seed for c in plain}
 
 
 # --- the rows axis ---------------------------------------------------------
@@ -409,3 +422,299 @@ def test_data_scale_config_parses():
     assert len(specs) == 5 * 3
     assert specs[-1].name == "synthetic-ctr_rows3000000_discrete_eps1_seed0"
     assert specs[-1].config.batch_size == 1024
+
+
+# --- the denoises axis -----------------------------------------------------
+
+DENOISE_GRID = """
+[grid]
+datasets = ["breast-cancer"]
+mechanisms = ["none", "laplace", "gaussian"]
+epsilons = [1, 4]
+sigmas = [1]
+seeds = [0, 1]
+denoises = ["none", "posterior"]
+
+[experiment]
+epochs = 1
+batch-size = 128
+noise-seed = 7
+checkpoint = false
+
+[denoise.none]
+lr-schedule = "constant"
+weight-decay = 0.0
+validation-fraction = 0.0
+
+[denoise.posterior]
+lr-schedule = "cosine"
+weight-decay = 0.3
+validation-fraction = 0.1
+"""
+
+
+def test_denoises_axis_names_runs_skips_gaussian_posterior_and_applies_tables(
+    tmp_path,
+):
+    # Prepare
+    sweep = load_sweep(_write(tmp_path, DENOISE_GRID))
+
+    # Execute
+    specs = sweep.runs("out")
+
+    # Assert: none and laplace under both values, gaussian under none only.
+    names = [s.name for s in specs]
+    assert len(specs) == 2 * 2 + 2 * 2 * 2 + 1 * 2
+    assert names[:4] == [
+        "breast-cancer_none_denoise-none_seed0",
+        "breast-cancer_none_denoise-none_seed1",
+        "breast-cancer_none_denoise-posterior_seed0",
+        "breast-cancer_none_denoise-posterior_seed1",
+    ]
+    assert names[4:6] == [
+        "breast-cancer_laplace_eps1_denoise-none_seed0",
+        "breast-cancer_laplace_eps1_denoise-none_seed1",
+    ]
+    assert [n for n in names if "gaussian" in n] == [
+        "breast-cancer_gaussian_sigma1_denoise-none_seed0",
+        "breast-cancer_gaussian_sigma1_denoise-none_seed1",
+    ]
+    by_name = {s.name: s.config for s in specs}
+    plain = by_name["breast-cancer_laplace_eps4_denoise-none_seed1"]
+    post = by_name["breast-cancer_laplace_eps4_denoise-posterior_seed1"]
+    assert (plain.denoise, plain.lr_schedule, plain.weight_decay) == (
+        "none",
+        "constant",
+        0.0,
+    )
+    assert (post.denoise, post.lr_schedule, post.weight_decay) == (
+        "posterior",
+        "cosine",
+        0.3,
+    )
+    assert (plain.validation_fraction, post.validation_fraction) == (0.0, 0.1)
+    assert post.out_dir == str(
+        Path("out") / "runs" / "breast-cancer_laplace_eps4_denoise-posterior_seed1"
+    )
+
+
+def test_plain_and_posterior_runs_of_a_pair_share_the_noise_key(tmp_path):
+    # Prepare
+    sweep = load_sweep(_write(tmp_path, DENOISE_GRID))
+    no_axis = SweepConfig(
+        datasets=("breast-cancer",),
+        mechanisms=("laplace",),
+        epsilons=(1.0,),
+        seeds=(0,),
+        experiment={"noise-seed": 7},
+    )
+
+    # Execute
+    keys = {s.name: s.config.noise_seed for s in sweep.runs()}
+    old = no_axis.runs()[0]
+
+    # Assert: one key per (mechanism, level, seed), whatever the denoise value.
+    pairs = {}
+    for name, key in keys.items():
+        pairs.setdefault(name.replace("_denoise-posterior", ""), set()).add(key)
+        pairs.setdefault(name.replace("_denoise-none", ""), set()).add(key)
+    assert all(len(found) == 1 for found in pairs.values())
+    eps1 = "breast-cancer_laplace_eps1_denoise-{}_seed0"
+    assert keys[eps1.format("none")] == keys[eps1.format("posterior")]
+    # ... distinct across seeds, epsilons and mechanisms (5 points x 2 seeds)
+    assert len(set(keys.values())) == (1 + 2 + 1) * 2
+    assert keys[eps1.format("none")] != keys[eps1.format("none").replace("d0", "d1")]
+    assert (
+        keys[eps1.format("none")] != keys[eps1.format("none").replace("eps1", "eps4")]
+    )
+    # ... and the key a sweep without the axis gives the same point.
+    assert old.name == "breast-cancer_laplace_eps1_seed0"
+    assert (
+        keys[eps1.format("posterior")]
+        == old.config.noise_seed
+        == run_noise_seed(7, old.name)
+    )
+
+
+def test_no_denoises_axis_keeps_names_and_the_experiments_denoise():
+    # Prepare
+    sweep = SweepConfig(
+        datasets=("breast-cancer",),
+        mechanisms=("none", "laplace", "gaussian"),
+        sigmas=(1.0,),
+        experiment={"denoise": "none", "validation-fraction": 0.0},
+    )
+
+    # Execute
+    specs = sweep.runs()
+
+    # Assert
+    assert [s.name for s in specs] == [
+        "breast-cancer_none_seed0",
+        "breast-cancer_laplace_eps1_seed0",
+        "breast-cancer_gaussian_sigma1_seed0",
+    ]
+    assert {s.config.denoise for s in specs} == {"none"}
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ('[grid]\ndenoises = ["none", "posteriour"]\n', "'posteriour'"),
+        ('[grid]\ndenoises = ["auto"]\n', "'auto'"),
+        ("[grid]\ndenoises = []\n", "grid.denoises"),
+        ('[grid]\ndenoises = ["none", "none"]\n', "repeated"),
+        ("[grid]\ndenoises = [1]\n", "grid.denoises"),
+        (
+            '[grid]\ndenoises = ["none"]\n[denoise.posteriour]\nlr = 0.1\n',
+            "'posteriour'",
+        ),
+        (
+            '[grid]\ndenoises = ["none"]\n[denoise.none]\nweight-decai = 0.1\n',
+            "weight-decai",
+        ),
+        (
+            '[grid]\ndenoises = ["none"]\n[denoise.none]\nmechanism = "laplace"\n',
+            r"denoise\.none\.mechanism is set per run",
+        ),
+        (
+            '[grid]\ndenoises = ["none"]\n[denoise.none]\ndenoise = "posterior"\n',
+            r"denoise\.none\.denoise is set per run",
+        ),
+        (
+            '[grid]\ndenoises = ["none"]\n[denoise.none]\nnoise-seed = 3\n',
+            r"denoise\.none\.noise-seed",
+        ),
+        ('[grid]\ndenoises = ["none"]\n[denoise]\nnone = 1\n', r"denoise\.none"),
+        ("[denoise.posterior]\nlr = 0.1\n", r"\[denoise\.posterior\].*grid\.denoises"),
+        (
+            '[grid]\ndenoises = ["none"]\n[experiment]\ndenoise = "none"\n',
+            r"experiment\.denoise is set per run",
+        ),
+        (
+            '[grid]\nmechanisms = ["gaussian"]\nsigmas = [1]\n'
+            'denoises = ["posterior"]\n',
+            "no runs",
+        ),
+        (
+            '[grid]\ndenoises = ["posterior"]\n[denoise.posterior]\n'
+            'lr-schedule = "sawtooth"\n',
+            "sawtooth",
+        ),
+    ],
+)
+def test_bad_denoise_config_names_the_value(tmp_path, text, named):
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError, match=named):
+        load_sweep(path)
+
+
+def _pair_rows():
+    """none and laplace eps=1, plain and posterior, two seeds each."""
+    rows = []
+    for denoise, shift in (("none", 0.0), ("posterior", 0.02)):
+        for seed in (0, 1):
+            for row in (
+                _row("none", 0.78 - shift, 20000, seed=seed),
+                _row("laplace", 0.70 + shift + 0.01 * seed, 20000, seed, 1.0),
+            ):
+                rows.append({**row, "denoise": denoise})
+    return rows
+
+
+def test_tables_put_plain_and_posterior_side_by_side():
+    # Execute
+    tables = tables_markdown(_pair_rows())
+
+    # Assert: a denoise column, the two values' rows next to each other.
+    table1 = tables.split("## Table 2")[0]
+    assert "| dataset | denoise | metric | utility | NA | SA | SDA |" in table1
+    assert "| synthetic-ctr | none | test AUC | 0.780 ± 0.000 |" in table1
+    assert "| synthetic-ctr | posterior | test AUC | 0.760 ± 0.000 |" in table1
+    table2 = tables.split("## Table 2")[1].split("##")[0]
+    assert "| dataset | epsilon | denoise | utility |" in table2
+    plain = "| synthetic-ctr | 1 | none | 0.705 ± 0.005 |"
+    post = "| synthetic-ctr | 1 | posterior | 0.725 ± 0.005 |"
+    lines = table2.splitlines()
+    at = [i for i, line in enumerate(lines) if line.startswith((plain, post))]
+    assert len(at) == 2 and at[1] == at[0] + 1
+    side = tables.split("## Denoise side by side")[1]
+    assert "| utility none | utility posterior | posterior - none |" in side
+    assert (
+        "| synthetic-ctr | laplace | 1 | 0.705 ± 0.005 | 0.725 ± 0.005 | +0.020 |"
+        in side
+    )
+    assert (
+        "| synthetic-ctr | none | - | 0.780 ± 0.000 | 0.760 ± 0.000 | -0.020 |" in side
+    )
+
+
+def test_one_denoise_value_keeps_the_old_tables_and_csv_columns():
+    # Prepare
+    rows = [r for r in _pair_rows() if r["denoise"] == "posterior"]
+
+    # Execute
+    tables = tables_markdown(rows)
+
+    # Assert
+    assert "denoise" not in tables
+    assert "| dataset | metric | utility | NA | SA | SDA |" in tables
+    assert csv_columns(rows) == CSV_COLUMNS
+    columns = csv_columns(_pair_rows())
+    assert columns[columns.index("sigma") + 1] == "denoise"
+    assert set(columns) - set(CSV_COLUMNS) == {"denoise"}
+
+
+def test_write_plots_draws_each_denoise_value_and_splits_scale_panels(tmp_path):
+    # Prepare: two sizes too, so utility vs rows splits per denoise value.
+    rows = _pair_rows() + [{**r, "rows": 200000} for r in _pair_rows()]
+
+    # Execute
+    paths = write_plots(rows, tmp_path)
+    tables = tables_markdown(rows)
+
+    # Assert
+    assert [p.name for p in paths] == [
+        "fig5_utility_vs_epsilon.png",
+        "fig5_utility_vs_sda.png",
+        "utility_vs_rows.png",
+    ]
+    for path in paths:
+        assert path.read_bytes()[:4] == b"\x89PNG"
+    scale = tables.split("## Utility vs training-set size")[1]
+    assert "| synthetic-ctr, denoise none | 20,000 | 0.780 ± 0.000 |" in scale
+    assert "| synthetic-ctr, denoise posterior | 20,000 | 0.760 ± 0.000 |" in scale
+
+
+def test_tiny_denoise_sweep_runs_pairs_on_one_key(tmp_path):
+    # Prepare: no protection and laplace eps=4 under both values, gaussian plain.
+    text = DENOISE_GRID.replace("epsilons = [1, 4]", "epsilons = [4]").replace(
+        "seeds = [0, 1]", "seeds = [0]"
+    )
+    sweep = load_sweep(_write(tmp_path, text))
+
+    # Execute
+    done = run_sweep(sweep, tmp_path / "out", progress=False)
+
+    # Assert
+    assert len(done["ran"]) == 5
+    with (tmp_path / "out" / "runs.csv").open() as handle:
+        rows = {r["run"]: r for r in csv.DictReader(handle)}
+    laplace = "breast-cancer_laplace_eps4_denoise-{}_seed0"
+    assert rows[laplace.format("posterior")]["denoise"] == "posterior"
+    assert rows[laplace.format("none")]["denoise"] == "none"
+    results = {
+        name: json.loads(
+            (tmp_path / "out" / "runs" / name / "results.json").read_text()
+        )
+        for name in rows
+    }
+    prints = {n: r["noise_key"]["fingerprint"] for n, r in results.items()}
+    assert prints[laplace.format("none")] == prints[laplace.format("posterior")]
+    assert (
+        prints[laplace.format("none")]
+        != prints["breast-cancer_none_denoise-none_seed0"]
+    )
+    assert results[laplace.format("posterior")]["config"]["lr-schedule"] == "cosine"
+    tables = (tmp_path / "out" / "tables.md").read_text()
+    assert "## Denoise side by side" in tables

@@ -68,7 +68,7 @@ def num_outputs_for(num_classes: int) -> int:
     return 1 if num_classes == 2 else num_classes
 
 
-def _check_size(name: str, value: object, minimum: int = 1) -> int:
+def check_size(name: str, value: object, minimum: int = 1) -> int:
     """Return ``value`` as an int, or raise naming it unless an int >= minimum."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{name} must be an int, got {value!r}")
@@ -81,7 +81,7 @@ def _check_hidden(hidden: Sequence[int]) -> tuple[int, ...]:
     """Validate hidden-layer widths (possibly none)."""
     if isinstance(hidden, int | str):
         raise ConfigError(f"hidden must be a sequence of ints, got {hidden!r}")
-    return tuple(_check_size(f"hidden[{i}]", h) for i, h in enumerate(hidden))
+    return tuple(check_size(f"hidden[{i}]", h) for i, h in enumerate(hidden))
 
 
 def _mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> nn.Sequential:
@@ -154,12 +154,20 @@ class BottomModel(nn.Module):
         "Wide & Deep Learning for Recommender Systems", DLRS 2016): one weight
         per category and per numeric column, summed into one extra cut-layer
         column (:attr:`width` is ``out_dim + 1``). It starts at 0.
+    fields : bool
+        Send one vector per field instead of one MLP output, as DLRM does
+        (Naumov et al., "Deep Learning Recommendation Model for Personalization
+        and Recommendation Systems", 2019): each categorical column's embedding
+        and the MLP of the numeric columns (if any), each ``out_dim`` wide
+        (``embedding_dim`` must equal ``out_dim``), so the label party can take
+        their pairwise dot products (:class:`~tpsl_flwr.interaction.DotInteractionTop`).
+        :attr:`num_fields` vectors make the cut layer.
 
     Raises
     ------
     ConfigError
-        If a size is not a positive int (the message names it) or there are no
-        input columns.
+        If a size is not a positive int (the message names it), there are no
+        input columns, or ``fields`` is set with ``embedding_dim != out_dim``.
 
     Examples
     --------
@@ -167,6 +175,9 @@ class BottomModel(nn.Module):
     >>> f = BottomModel(2, [3, 5], embedding_dim=4, hidden=(8,), out_dim=6, generator=g)
     >>> f(torch.zeros(7, 2), torch.zeros(7, 2, dtype=torch.long)).shape
     torch.Size([7, 6])
+    >>> f = BottomModel(2, [3, 5], embedding_dim=4, out_dim=4, fields=True)
+    >>> f.num_fields, f(torch.zeros(7, 2), torch.zeros(7, 2, dtype=torch.long)).shape
+    (3, torch.Size([7, 12]))
     """
 
     offsets: Tensor
@@ -181,14 +192,15 @@ class BottomModel(nn.Module):
         *,
         generator: torch.Generator | None = None,
         wide: bool = False,
+        fields: bool = False,
     ) -> None:
         super().__init__()
-        self.num_numeric = _check_size("num_numeric", num_numeric, minimum=0)
+        self.num_numeric = check_size("num_numeric", num_numeric, minimum=0)
         self.cardinalities = tuple(
-            _check_size(f"cardinalities[{j}]", c) for j, c in enumerate(cardinalities)
+            check_size(f"cardinalities[{j}]", c) for j, c in enumerate(cardinalities)
         )
-        self.embedding_dim = _check_size("embedding_dim", embedding_dim)
-        self.out_dim = _check_size("out_dim", out_dim)
+        self.embedding_dim = check_size("embedding_dim", embedding_dim)
+        self.out_dim = check_size("out_dim", out_dim)
         hidden = _check_hidden(hidden)
         if self.num_numeric == 0 and not self.cardinalities:
             raise ConfigError(
@@ -196,14 +208,25 @@ class BottomModel(nn.Module):
                 "no cardinalities"
             )
         num_cat = len(self.cardinalities)
+        self.fields = bool(fields)
+        if self.fields and self.embedding_dim != self.out_dim:
+            raise ConfigError(
+                f"fields: every field vector is out_dim={self.out_dim} wide, got "
+                f"embedding_dim={self.embedding_dim}"
+            )
         self.embedding: nn.Embedding | None = None
         self.in_dim = self.num_numeric + num_cat * self.embedding_dim
+        self.num_fields = (self.num_numeric > 0) + num_cat if self.fields else 1
+        self.mlp: nn.Sequential | None = None
         with _no_rng():
             if num_cat:
                 self.embedding = nn.Embedding(
                     sum(self.cardinalities), self.embedding_dim
                 )
-            self.mlp = _mlp(self.in_dim, hidden, self.out_dim)
+            if not self.fields:
+                self.mlp = _mlp(self.in_dim, hidden, self.out_dim)
+            elif self.num_numeric:
+                self.mlp = _mlp(self.num_numeric, hidden, self.out_dim)
         self.has_wide = bool(wide)
         self.wide: nn.Linear | None = None
         self.wide_embedding: nn.Embedding | None = None
@@ -233,8 +256,8 @@ class BottomModel(nn.Module):
 
     @property
     def width(self) -> int:
-        """Columns of the cut layer: ``out_dim``, plus 1 with the wide part."""
-        return self.out_dim + self.has_wide
+        """Columns of the cut layer: ``num_fields * out_dim``, plus 1 when wide."""
+        return self.num_fields * self.out_dim + self.has_wide
 
     def forward(self, numeric: Tensor, categorical: Tensor) -> Tensor:
         """Embed a batch.
@@ -272,11 +295,17 @@ class BottomModel(nn.Module):
                 f"numeric and categorical batch sizes differ: {numeric.shape[0]} "
                 f"vs {categorical.shape[0]}"
             )
-        if self.embedding is None:
-            deep = self.mlp(numeric)
+        emb = (
+            None
+            if self.embedding is None
+            else self.embedding(categorical + self.offsets).flatten(start_dim=1)
+        )
+        if self.fields:  # [numeric MLP's vector, one embedding per column]
+            parts = [] if self.mlp is None else [self.mlp(numeric)]
+            deep = torch.cat(parts + ([] if emb is None else [emb]), dim=1)
         else:
-            emb = self.embedding(categorical + self.offsets).flatten(start_dim=1)
-            x = torch.cat((numeric, emb), dim=1) if self.num_numeric else emb
+            assert self.mlp is not None
+            x = numeric if emb is None else torch.cat((numeric, emb), dim=1)
             deep = self.mlp(x)
         if not self.has_wide:
             return deep
@@ -329,8 +358,8 @@ class TopModel(nn.Module):
         wide: bool = False,
     ) -> None:
         super().__init__()
-        self.in_dim = _check_size("in_dim", in_dim)
-        self.num_outputs = _check_size("num_outputs", num_outputs)
+        self.in_dim = check_size("in_dim", in_dim)
+        self.num_outputs = check_size("num_outputs", num_outputs)
         hidden = _check_hidden(hidden)
         with _no_rng():
             self.mlp = _mlp(self.in_dim, hidden, self.num_outputs)

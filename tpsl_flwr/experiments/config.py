@@ -79,6 +79,7 @@ class ExperimentConfig:
     lr: float = 3e-3
     lr_schedule: str = "cosine"
     weight_decay: float = 0.3
+    model: str = "auto"
     wide: bool = False
     validation_fraction: float = 0.1
     denoise: str = "auto"
@@ -86,7 +87,7 @@ class ExperimentConfig:
     steps_per_message: int = 1
     pipeline_depth: int = 0
     num_parties: int = 2
-    embedding_dim: int = 16
+    embedding_dim: int = 8
     bottom_hidden: int = 64
     top_hidden: int = 64
     seed: int = 0
@@ -158,6 +159,20 @@ class ExperimentConfig:
     def _check_training(self) -> None:
         """lr-schedule, weight-decay, validation-fraction and denoise."""
         check_training(self)
+
+    @property
+    def split_model(self) -> str:
+        """``model`` with ``auto`` resolved from the public schema.
+
+        ``dlrm`` when the dataset has categorical columns (field vectors to take
+        dot products of), else ``mlp``: on numeric-only tables each node would
+        send one field, and the measured MLP was better there (digits, 3 nodes,
+        discrete eps 4, 2 epochs: accuracy 0.55 against 0.42).
+        """
+        if self.model != "auto":
+            return self.model
+        _, categorical = dataset_columns(self.data_spec())
+        return "dlrm" if categorical else "mlp"
 
     @property
     def label_denoise(self) -> str:

@@ -19,6 +19,9 @@ DENOISERS: tuple[str, ...] = ("auto", *posterior.DENOISERS)
 """What the label party trains on; ``auto`` is resolved per mechanism."""
 DENOISE_PRIORS = posterior.DENOISE_PRIORS
 """Where the posterior's prior comes from."""
+MODELS: tuple[str, ...] = ("auto", "dlrm", "mlp")
+"""Split-model architectures: field vectors and dot products, or one MLP a side;
+``auto`` is resolved from the dataset's columns."""
 
 FIELD_HELP: dict[str, str] = {
     "dataset": "the dataset every party reads its columns of",
@@ -42,6 +45,11 @@ FIELD_HELP: dict[str, str] = {
     "lr-schedule": "learning-rate schedule over the run: constant, or cosine "
     "decay to 0 by the last step",
     "weight-decay": "decoupled weight decay (AdamW) of every model; 0: plain Adam",
+    "model": "dlrm: each node sends one vector per categorical column and one "
+    "for its numeric columns, the label party's top model takes their pairwise "
+    "dot products (learns interactions between nodes' columns); mlp: each node "
+    "sends one MLP output, the top model is an MLP; auto: dlrm when the dataset "
+    "has categorical columns, else mlp",
     "wide": "add a wide (linear) part: each node's per-category weights and "
     "numeric weights, summed into the logit by the label party",
     "validation-fraction": "probability of a training record being held out "
@@ -60,7 +68,8 @@ FIELD_HELP: dict[str, str] = {
     "its bottom model embeds d steps stale; 0: sequential split learning; refused "
     "on Ray simulation",
     "num-parties": "non-label parties (Flower nodes), each holding a column slice",
-    "embedding-dim": "width of each non-label party's embedding",
+    "embedding-dim": "width of each vector a node sends: each field vector "
+    "(dlrm) or the node's whole cut layer (mlp)",
     "bottom-hidden": "hidden width of each non-label party's bottom model",
     "top-hidden": "hidden width of the label party's top model",
     "seed": "seed of the data split, the model weights and the batch order",
@@ -91,5 +100,6 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "lr-schedule": LR_SCHEDULES,
     "denoise": DENOISERS,
     "denoise-prior": DENOISE_PRIORS,
+    "model": MODELS,
 }
 """The valid values of the fields that name one of a fixed set."""

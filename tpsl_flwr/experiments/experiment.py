@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from flwr.serverapp import Grid
 
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.experiments.architecture import build_top
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run_folder import write_atomic
 from tpsl_flwr.experiments.run_report import REPORT_MD, REPORT_PNG, markdown, plot
 from tpsl_flwr.label_store import LabelStore, NoiseBinding
-from tpsl_flwr.models import TopModel, num_outputs_for
+from tpsl_flwr.models import num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import parameter_of
@@ -62,14 +62,7 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         raise ConfigError("resume needs checkpoint = true")
     labels = cfg.load_labels()
     mechanism = cfg.make_mechanism(labels.num_classes)
-    generator = torch.Generator().manual_seed(cfg.seed)
-    top = TopModel(
-        cfg.num_parties * (cfg.embedding_dim + cfg.wide),
-        hidden=(cfg.top_hidden,),
-        num_outputs=num_outputs_for(labels.num_classes),
-        generator=generator,
-        wide=cfg.wide,
-    )
+    top = build_top(cfg, num_outputs_for(labels.num_classes))
     run_config = cfg.to_run_config()
     binding = NoiseBinding.of(
         mechanism=mechanism,

@@ -160,7 +160,7 @@ def run_experiment(
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as out:
     ...     cfg = ExperimentConfig(
-    ...         dataset="breast-cancer", epochs=1, noise_seed=0, out_dir=out
+    ...         dataset="breast-cancer", epochs=3, noise_seed=0, out_dir=out
     ...     )
     ...     results = run_experiment(cfg)
     >>> results["engine"], results["epsilon_spent"], results["test_auc"] > 0.9

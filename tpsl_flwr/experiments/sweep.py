@@ -32,13 +32,18 @@ from tpsl_flwr.experiments.sweep_config import (
     run_name,
     run_noise_seed,
 )
-from tpsl_flwr.experiments.sweep_stats import UNCERTAINTY_COLUMNS, attack_uncertainty
+from tpsl_flwr.experiments.sweep_stats import (
+    UNCERTAINTY_COLUMNS,
+    attack_uncertainty,
+    denoise_values,
+)
 
 __all__ = [
     "CSV_COLUMNS",
     "GRID_KEYS",
     "RunSpec",
     "SweepConfig",
+    "csv_columns",
     "describe",
     "finished",
     "load_sweep",
@@ -66,6 +71,7 @@ CSV_COLUMNS = (
     "epsilon_spent",
     "samples_per_second",
 )
+"""The columns of ``runs.csv``, ``denoise`` aside (:func:`csv_columns`)."""
 
 
 def finished(spec: RunSpec) -> dict[str, Any] | None:
@@ -111,6 +117,7 @@ def run_row(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
         "mechanism": results.get("mechanism"),
         "epsilon": results.get("epsilon"),
         "sigma": results.get("sigma"),
+        "denoise": config.get("denoise"),
         "seed": config.get("seed"),
         "rows": config.get("rows"),
         "train_samples": _train_samples(results),
@@ -134,15 +141,31 @@ def _train_samples(results: Mapping[str, Any]) -> int | None:
     return None if samples is None else int(samples)
 
 
+def csv_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """:data:`CSV_COLUMNS`, with ``denoise`` after ``sigma`` when the runs differ in it.
+
+    Examples
+    --------
+    >>> "denoise" in csv_columns([{"denoise": "none"}, {"denoise": "none"}])
+    False
+    >>> cols = csv_columns([{"denoise": "none"}, {"denoise": "posterior"}])
+    >>> cols[cols.index("sigma") + 1]
+    'denoise'
+    """
+    if len(denoise_values(rows)) < 2:
+        return CSV_COLUMNS
+    at = CSV_COLUMNS.index("sigma") + 1
+    return (*CSV_COLUMNS[:at], "denoise", *CSV_COLUMNS[at:])
+
+
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
     """Write ``rows`` as ``runs.csv`` (empty cells for missing values)."""
+    columns = csv_columns(rows)
     with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         for row in rows:
-            writer.writerow(
-                {k: "" if row.get(k) is None else row[k] for k in CSV_COLUMNS}
-            )
+            writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
 
 
 def run_sweep(

@@ -7,7 +7,13 @@
 * Figure 5: test AUC vs epsilon (Laplace, Discrete; spread over seeds, the
   no-protection level drawn) and test AUC vs SDA AUC (all three mechanisms);
 * with a ``rows`` axis (some dataset at two sizes or more): utility vs
-  training-set size (:mod:`tpsl_flwr.experiments.sweep_scale`).
+  training-set size (:mod:`tpsl_flwr.experiments.sweep_scale`);
+* with a ``denoises`` axis (runs that differ in ``denoise``): a ``denoise``
+  column in every table, the plain and posterior rows of a level next to each
+  other, a side-by-side table (:mod:`~tpsl_flwr.experiments.sweep_pairs`),
+  and one series per mechanism and denoise value in each panel (line
+  style tells the denoise values apart), each with its own no-protection
+  reference.
 
 Tables and panels go per dataset, or per dataset and size when a dataset was
 run at several sizes; cells are described in
@@ -19,12 +25,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tpsl_flwr.attacks.ceiling import SIGMAS_OF_TOLERANCE
 from tpsl_flwr.experiments.experiment import RESULTS_FILE
+from tpsl_flwr.experiments.sweep_pairs import pairs_markdown
 from tpsl_flwr.experiments.sweep_scale import plot_utility_vs_rows, scale_markdown
 from tpsl_flwr.experiments.sweep_stats import (
     COLORS,
@@ -34,6 +43,8 @@ from tpsl_flwr.experiments.sweep_stats import (
     attack_uncertainty,
     ceiling_summary,
     cell,
+    denoise_parts,
+    denoise_values,
     levels,
     markdown_table,
     mean_std,
@@ -53,6 +64,9 @@ def tables_markdown(rows: Sequence[Row]) -> str:
     (:func:`scale_markdown`).
     """
     datasets = report_groups(rows)
+    values = denoise_values(rows)
+    # The denoise column, in headers and rows, only when the runs differ in it.
+    column = ["denoise"] if len(values) > 1 else []
     seeds = sorted({int(r["seed"]) for r in rows if r.get("seed") not in (None, "")})
     lines = [
         "# TPSL sweep",
@@ -61,20 +75,22 @@ def tables_markdown(rows: Sequence[Row]) -> str:
         "its value and its standard error, SE). Attack AUCs are final-epoch, "
         "pooled over the training samples, on what party 0 received: NA = "
         "norm, SA = spectral, SDA = white-box shortest distance.",
+        *(["", DENOISE_NOTE] if column else []),
         "",
         "## Table 1: no protection",
         "",
     ]
     body = []
     for name, group in datasets.items():
-        plain = [r for r in group if r["mechanism"] == "none"]
-        if plain:
-            utility, sda = utility_key(group), sda_key(group)
-            body.append(
-                [name, UTILITY_LABEL[utility], cell(plain, utility)]
-                + [cell(plain, k) for k in ("norm", "spectral", sda)]
-            )
-    header = ["dataset", "metric", "utility", "NA", "SA", "SDA"]
+        utility, sda = utility_key(group), sda_key(group)
+        for denoise, part in denoise_parts(group, values):
+            plain = [r for r in part if r["mechanism"] == "none"]
+            if plain:
+                body.append(
+                    [name, *_given(denoise), UTILITY_LABEL[utility]]
+                    + [cell(plain, k) for k in (utility, "norm", "spectral", sda)]
+                )
+    header = ["dataset", *column, "metric", "utility", "NA", "SA", "SDA"]
     lines += markdown_table(header, body) if body else ["(no `none` runs)"]
     for mechanism, param, title in PROTECTED:
         body = []
@@ -82,16 +98,18 @@ def tables_markdown(rows: Sequence[Row]) -> str:
             runs = [r for r in group if r["mechanism"] == mechanism]
             utility, sda = utility_key(group), sda_key(group)
             for level, level_rows in levels(runs, param).items():
-                body.append(
-                    [name, f"{level:g}", cell(level_rows, utility)]
-                    + [cell(level_rows, k) for k in ("norm", "cosine", "spectral", sda)]
-                    + [cell(level_rows, "auc_bound"), ceiling_summary(level_rows)]
-                )
+                for denoise, part in denoise_parts(level_rows, values):
+                    body.append(
+                        [name, f"{level:g}", *_given(denoise), cell(part, utility)]
+                        + [cell(part, k) for k in ("norm", "cosine", "spectral", sda)]
+                        + [cell(part, "auc_bound"), ceiling_summary(part)]
+                    )
         if not body:
             continue
         header = [
             "dataset",
             param,
+            *column,
             "utility",
             "norm",
             "cosine",
@@ -101,6 +119,7 @@ def tables_markdown(rows: Sequence[Row]) -> str:
             "SDA vs ceiling",
         ]
         lines += ["", f"## {title}", "", *markdown_table(header, body)]
+    lines += pairs_markdown(rows)
     lines += scale_markdown(rows)
     lines += [
         "",
@@ -112,6 +131,20 @@ def tables_markdown(rows: Sequence[Row]) -> str:
         "violated).",
     ]
     return "\n".join(lines) + "\n"
+
+
+DENOISE_NOTE = (
+    "denoise = what the label party trained on: `none`, the noisy labels (the "
+    "paper's GradPerturb); `posterior`, their posterior given a prior "
+    "(post-processing: the same epsilon). The two runs of a pair share the "
+    "noise key; each compares with the no-protection row of its own denoise "
+    "value (the settings of its `[denoise.<value>]` table)."
+)
+
+
+def _given(denoise: str | None) -> list[str]:
+    """The denoise cell of a table row (none when the runs all share one)."""
+    return [] if denoise is None else [denoise]
 
 
 def write_tables(rows: Sequence[Row], path: Path) -> Path:
@@ -159,14 +192,109 @@ def _series(rows: Sequence[Row], param: str, x_key: str, y_key: str) -> np.ndarr
     return np.asarray(points, dtype=float).reshape(-1, 4)
 
 
+@dataclass(frozen=True)
+class _Look:
+    """How one denoise value's series look in a Figure 5 panel."""
+
+    label: str  # appended to each label ("" without a denoise axis)
+    line: str
+    marker: str
+    baseline: str
+    star: str
+    attack: str
+
+    @classmethod
+    def of(cls, denoise: str | None, index: int) -> _Look:
+        """The ``index``-th denoise value's look (the first: as without the axis)."""
+        at = index % 2
+        return cls(
+            label="" if denoise is None else f", denoise={denoise}",
+            line=("-", "--")[at],
+            marker="os"[at],
+            baseline=("--", ":")[at],
+            star="*P"[at],
+            attack="x+"[at],
+        )
+
+
+def _plot_mechanism(
+    axes: tuple[Any, Any, Any],
+    runs: Sequence[Row],
+    names: tuple[str, str],
+    keys: tuple[str, str],
+    look: _Look,
+) -> None:
+    """One mechanism's series: utility vs epsilon (and its SDA), utility vs SDA."""
+    ax_eps, ax_attack, ax_sda = axes
+    (mechanism, param), (utility, sda) = names, keys
+    color, label = COLORS[mechanism], f"{mechanism}{look.label}"
+    style = {"marker": look.marker, "ls": look.line, "color": color, "label": label}
+    if param == "epsilon":
+        pts = _series(runs, "epsilon", "epsilon", utility)
+        ax_eps.plot(pts[:, 0], pts[:, 2], **style)
+        low, high = pts[:, 2] - pts[:, 3], pts[:, 2] + pts[:, 3]
+        ax_eps.fill_between(pts[:, 0], low, high, color=color, alpha=0.2)
+        if ax_attack is not None:
+            attack = _series(runs, "epsilon", "epsilon", sda)
+            dotted = {"marker": look.attack, "ls": ":", "label": f"{label} SDA AUC"}
+            ax_attack.plot(attack[:, 0], attack[:, 2], **{**style, **dotted})
+    pts = _series(runs, param, sda, utility)
+    ax_sda.errorbar(
+        pts[:, 0], pts[:, 2], xerr=pts[:, 1], yerr=pts[:, 3], capsize=3, **style
+    )
+
+
+def _plot_baseline(
+    ax_eps: Any, ax_sda: Any, plain: Sequence[Row], keys: tuple[str, str], look: _Look
+) -> None:
+    """The no-protection level: a line (and band) vs epsilon, a star vs SDA."""
+    utility, sda = keys
+    base, base_std = mean_std(plain, utility)
+    if math.isnan(base):
+        return
+    label = f"no protection{look.label}"
+    ax_eps.axhline(base, color="k", ls=look.baseline, label=label)
+    ax_eps.axhspan(base - base_std, base + base_std, color="k", alpha=0.08)
+    sda_mean, _ = mean_std(plain, sda)
+    ax_sda.plot([sda_mean], [base], "k", marker=look.star, ms=12, ls="", label=label)
+
+
+def _plot_ceiling(ax_attack: Any, group: Sequence[Row]) -> None:
+    """The eps-DP ceiling on the SDA axis, over the epsilons of ``group``."""
+    eps_values = sorted(
+        {
+            float(r["epsilon"])
+            for r in group
+            if parameter_of(r["mechanism"]) == "epsilon"
+        }
+    )
+    if eps_values:
+        grid = np.geomspace(min(eps_values), max(eps_values), 50)
+        ax_attack.plot(
+            grid,
+            [auc_bound(e) for e in grid],
+            color="red",
+            lw=1,
+            label="eps-DP ceiling (any attack)",
+        )
+        ax_attack.legend(fontsize=7, loc="lower right")
+    ax_attack.set_ylabel("SDA attack AUC (dotted)")
+    ax_attack.set_ylim(0.5, 1.02)
+
+
 def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
-    """Figure 5's two panels (and utility vs rows, if swept); return the PNG paths."""
+    """Figure 5's two panels (and utility vs rows, if swept); return the PNG paths.
+
+    With runs that differ in ``denoise``, each mechanism (and no protection)
+    has one series per denoise value, told apart by line style and marker.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     datasets = report_groups(rows)
+    values = denoise_values(rows)
     paths = [
         out_dir / "fig5_utility_vs_epsilon.png",
         out_dir / "fig5_utility_vs_sda.png",
@@ -176,71 +304,20 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
     for ax_eps, ax_sda, (name, group) in zip(
         axes_eps, axes_sda, datasets.items(), strict=False
     ):
-        utility, sda = utility_key(group), sda_key(group)
-        plain = [r for r in group if r["mechanism"] == "none"]
+        keys = utility, sda = utility_key(group), sda_key(group)
         # Right axis of the epsilon panel: the SDA attack beside its ceiling.
         ax_attack = ax_eps.twinx() if sda == "sda" else None
-        base, base_std = mean_std(plain, utility)
-        for mechanism, param, _ in PROTECTED:
-            runs = [r for r in group if r["mechanism"] == mechanism]
-            if not runs:
-                continue
-            color = COLORS[mechanism]
-            if param == "epsilon":
-                pts = _series(runs, "epsilon", "epsilon", utility)
-                ax_eps.plot(pts[:, 0], pts[:, 2], "o-", color=color, label=mechanism)
-                ax_eps.fill_between(
-                    pts[:, 0],
-                    pts[:, 2] - pts[:, 3],
-                    pts[:, 2] + pts[:, 3],
-                    color=color,
-                    alpha=0.2,
-                )
-                if ax_attack is not None:
-                    attack = _series(runs, "epsilon", "epsilon", sda)
-                    ax_attack.plot(
-                        attack[:, 0],
-                        attack[:, 2],
-                        "x:",
-                        color=color,
-                        label=f"{mechanism} SDA AUC",
-                    )
-            pts = _series(runs, param, sda, utility)
-            ax_sda.errorbar(
-                pts[:, 0],
-                pts[:, 2],
-                xerr=pts[:, 1],
-                yerr=pts[:, 3],
-                fmt="o-",
-                color=color,
-                capsize=3,
-                label=mechanism,
-            )
-        if not math.isnan(base):
-            ax_eps.axhline(base, color="k", ls="--", label="no protection")
-            ax_eps.axhspan(base - base_std, base + base_std, color="k", alpha=0.08)
-            sda_mean, _ = mean_std(plain, sda)
-            ax_sda.plot([sda_mean], [base], "k*", ms=12, label="no protection")
+        for index, (denoise, part) in enumerate(denoise_parts(group, values)):
+            look = _Look.of(denoise, index)
+            for mechanism, param, _ in PROTECTED:
+                runs = [r for r in part if r["mechanism"] == mechanism]
+                if runs:
+                    axes = (ax_eps, ax_attack, ax_sda)
+                    _plot_mechanism(axes, runs, (mechanism, param), keys, look)
+            plain = [r for r in part if r["mechanism"] == "none"]
+            _plot_baseline(ax_eps, ax_sda, plain, keys, look)
         if ax_attack is not None:
-            eps_values = sorted(
-                {
-                    float(r["epsilon"])
-                    for r in group
-                    if parameter_of(r["mechanism"]) == "epsilon"
-                }
-            )
-            if eps_values:
-                grid = np.geomspace(min(eps_values), max(eps_values), 50)
-                ax_attack.plot(
-                    grid,
-                    [auc_bound(e) for e in grid],
-                    color="red",
-                    lw=1,
-                    label="eps-DP ceiling (any attack)",
-                )
-                ax_attack.legend(fontsize=7, loc="lower right")
-            ax_attack.set_ylabel("SDA attack AUC (dotted)")
-            ax_attack.set_ylim(0.5, 1.02)
+            _plot_ceiling(ax_attack, group)
         ax_eps.set_xscale("log", base=2)
         ax_eps.set_xlabel("epsilon")
         ax_sda.set_xlabel("SDA attack AUC" if sda == "sda" else "SDA attack top-1")

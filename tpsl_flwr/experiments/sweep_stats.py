@@ -8,7 +8,10 @@ epsilon-DP ceiling (:func:`ceiling_summary`, the verdicts of
 :func:`~tpsl_flwr.attacks.ceiling.ceiling_verdict`). Multi-class datasets use
 test accuracy and SDA top-1.
 Rows group per dataset, or per dataset and size (``"synthetic-ctr, 200,000
-rows"``) when a dataset was run at several sizes.
+rows"``) when a dataset was run at several sizes. When the runs differ in
+``denoise`` (a sweep's ``denoises`` axis), each group is split further per
+denoise value (:func:`denoise_parts`) so plain and posterior runs sit side by
+side; otherwise the report looks as it did without the axis.
 """
 
 from __future__ import annotations
@@ -196,9 +199,56 @@ def report_groups(rows: Iterable[Row]) -> dict[str, list[Row]]:
 
 
 def sized_datasets(rows: Iterable[Row]) -> dict[str, dict[int, list[Row]]]:
-    """Per dataset run at two sizes or more: its rows per size."""
-    out = {name: by_size(group) for name, group in by_dataset(rows).items()}
+    """Per dataset run at two sizes or more: its rows per size.
+
+    When the runs differ in ``denoise``, per dataset and denoise value
+    (``"synthetic-ctr, denoise posterior"``).
+    """
+    rows = list(rows)
+    values = denoise_values(rows)
+    out = {}
+    for name, group in by_dataset(rows).items():
+        for denoise, part in denoise_parts(group, values):
+            label = name if denoise is None else f"{name}, denoise {denoise}"
+            out[label] = by_size(part)
     return {name: sizes for name, sizes in out.items() if len(sizes) >= 2}
+
+
+def denoise_values(rows: Iterable[Row]) -> list[str]:
+    """The ``denoise`` values of ``rows``, first seen first (missing skipped).
+
+    Examples
+    --------
+    >>> denoise_values([{"denoise": "none"}, {}, {"denoise": "posterior"},
+    ...                 {"denoise": "none"}])
+    ['none', 'posterior']
+    """
+    values = (r.get("denoise") for r in rows)
+    return list(dict.fromkeys(str(v) for v in values if v not in (None, "")))
+
+
+def denoise_parts(
+    rows: Iterable[Row], values: Sequence[str]
+) -> list[tuple[str | None, list[Row]]]:
+    """``rows`` per denoise value (non-empty parts), or all of them under ``None``.
+
+    With fewer than two ``values``, nothing is split. ``values`` are those of
+    the whole sweep (:func:`denoise_values`), so every table and panel splits
+    alike.
+
+    Examples
+    --------
+    >>> rows = [{"denoise": "none", "x": 1}, {"denoise": "posterior", "x": 2}]
+    >>> [(d, [r["x"] for r in part]) for d, part in denoise_parts(rows, ["none"])]
+    [(None, [1, 2])]
+    >>> [d for d, _ in denoise_parts(rows[:1], ["none", "posterior"])]
+    ['none']
+    """
+    rows = list(rows)
+    if len(values) < 2:
+        return [(None, rows)]
+    parts = [(v, [r for r in rows if r.get("denoise") == v]) for v in values]
+    return [(v, part) for v, part in parts if part]
 
 
 def levels(rows: Iterable[Row], param: str) -> dict[float, list[Row]]:

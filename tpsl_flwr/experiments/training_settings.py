@@ -13,6 +13,7 @@ from tpsl_flwr.experiments.config_fields import (
     DENOISE_PRIORS,
     DENOISERS,
     LR_SCHEDULES,
+    MODELS,
 )
 
 if TYPE_CHECKING:
@@ -38,11 +39,12 @@ def resolve_denoise(denoise: str, mechanism: str) -> str:
 
 
 def check_training(cfg: ExperimentConfig) -> None:
-    """lr-schedule, weight-decay, validation-fraction and denoise."""
+    """model, lr-schedule, weight-decay, validation-fraction and denoise."""
     for key, choices in (
         ("lr-schedule", LR_SCHEDULES),
         ("denoise", DENOISERS),
         ("denoise-prior", DENOISE_PRIORS),
+        ("model", MODELS),
     ):
         value = getattr(cfg, key.replace("-", "_"))
         if value not in choices:

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from flwr.app import Context
 from flwr.clientapp import ClientApp
 
 from tpsl_flwr.errors import ProtocolError
+from tpsl_flwr.experiments.architecture import build_bottom
 from tpsl_flwr.experiments.config import ExperimentConfig
-from tpsl_flwr.models import BottomModel
 from tpsl_flwr.parties import NonLabelParty, adam
 from tpsl_flwr.wire.client_app import PartyFactory, make_client_app, partition_of
 from tpsl_flwr.wire.recorder import record_if_configured
@@ -42,14 +41,8 @@ def builtin_party(context: Context) -> NonLabelParty:
         )
     view = cfg.load_party(partition)
     train, test = view.train, view.test
-    generator = torch.Generator().manual_seed(cfg.seed * 1000 + partition + 1)
-    bottom = BottomModel(
-        train.numeric.shape[1],
-        train.cardinalities,
-        hidden=(cfg.bottom_hidden,),
-        out_dim=cfg.embedding_dim,
-        generator=generator,
-        wide=cfg.wide,
+    bottom = build_bottom(
+        cfg, train.numeric.shape[1], train.cardinalities, partition
     )
     return NonLabelParty(
         {

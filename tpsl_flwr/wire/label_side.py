@@ -222,6 +222,15 @@ def check_top_model(top: torch.nn.Module, nodes: Sequence[Node], outputs: int) -
     declared = getattr(top, "in_dim", width)
     if declared != width:
         raise ConfigError(f"the top model takes {declared} inputs but {total}")
+    layout = getattr(top, "node_widths", None)
+    if layout is not None:
+        for node, expected in zip(nodes, layout, strict=False):
+            if node.width != expected:
+                raise ConfigError(
+                    f"the top model expects {expected} cut-layer columns from "
+                    f"partition {node.partition} but it sends {node.width} (do "
+                    f"the nodes run the same model and embedding-dim?)"
+                )
     training = top.training
     top.eval()
     try:
