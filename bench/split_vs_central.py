@@ -4,10 +4,12 @@
 the engine of ``tpsl-flwr simulate``), no protection, audit and checkpoints
 off; samples/s is the run's ``samples_per_second`` (training samples over the
 epoch's seconds, the test-embedding query included).
-``central``: the very same network (one ``BottomModel`` per party over the same
-column slices, with the same initial weights, and the ``TopModel``) trained as
-one torch model in a plain loop over the same batches, Adam on every part, then
-one forward pass over the test set; samples/s = training rows / those seconds.
+``central``: the very same network (each party's bottom model over the same
+column slices, with the same initial weights, and the top model, as
+:mod:`tpsl_flwr.experiments.architecture` builds them for the run config's
+``model``) trained as one torch model in a plain loop over the same batches,
+Adam on every part, then one forward pass over the test set; samples/s =
+training rows / those seconds.
 ``--mechanism laplace`` adds a split row with GradPerturb on. The two are run
 alternately ``--repeats`` times and each cell is the best run (other load on a
 shared machine only slows runs down). Target: split / central >= 0.8.
@@ -31,9 +33,10 @@ import numpy as np
 import torch
 
 from tpsl_flwr.data import partition_columns, party_features
+from tpsl_flwr.experiments.architecture import build_bottom, build_top
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_inprocess_experiment
-from tpsl_flwr.models import BottomModel, TopModel, num_outputs_for
+from tpsl_flwr.models import num_outputs_for
 
 TARGET = 0.8
 
@@ -90,20 +93,9 @@ def central_rate(cfg: ExperimentConfig) -> float:
     for i, cols in enumerate(columns):
         train = party_features(data.train, cols)
         test = party_features(data.test, cols)
-        bottom = BottomModel(
-            train.numeric.shape[1],
-            train.cardinalities,
-            hidden=(cfg.bottom_hidden,),
-            out_dim=cfg.embedding_dim,
-            generator=torch.Generator().manual_seed(cfg.seed * 1000 + i + 1),
-        )
+        bottom = build_bottom(cfg, train.numeric.shape[1], train.cardinalities, i)
         parts.append((bottom, train, test))
-    top = TopModel(
-        cfg.num_parties * cfg.embedding_dim,
-        hidden=(cfg.top_hidden,),
-        num_outputs=num_outputs_for(data.num_classes),
-        generator=torch.Generator().manual_seed(cfg.seed),
-    )
+    top = build_top(cfg, num_outputs_for(data.num_classes))
     params = [p for b, _, _ in parts for p in b.parameters()] + list(top.parameters())
     optimizer = torch.optim.Adam(params, lr=cfg.lr)
     tensors = [

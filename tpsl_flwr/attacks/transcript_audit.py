@@ -8,12 +8,16 @@ candidate gradients ``g_j`` of the top model *before* the step (the parameters
 the perturbed gradient was computed with). Everything here is derived from
 labels and stays with the label party (it goes to its own results file).
 
-When the label party trains on the posterior with the top model's prediction
-as the prior (``denoise = "posterior"``, ``denoise_prior = "model"``), the
-dispatched gradient carries that prediction, which a white-box attacker knows
-anyway; each sample's prior is recorded too, and the ceiling becomes the
-prior-aware one (:mod:`~tpsl_flwr.privacy.prior_bound`), reported beside the
-plain one.
+When the label party's top model trains on the posterior (``denoise =
+"posterior"``, either prior), it learns to predict the clean label from the
+features, and every dispatched gradient ``(h(x) - c) dh/de`` carries that
+prediction and its Jacobian (the release ``c`` itself is the plain one): a
+white-box attacker knows them anyway. Each sample's prediction is recorded as
+its prior, and the ceiling becomes the prior-aware one
+(:mod:`~tpsl_flwr.privacy.prior_bound`), reported beside the plain one.
+Measured: on breast cancer (features predict the label with AUC 0.99), the norm
+attack on a posterior-trained transcript at eps 1 reaches 0.85, above the plain
+0.731 but below the prior-aware ceiling.
 """
 
 from __future__ import annotations
@@ -126,9 +130,5 @@ class TranscriptAudit:
 
 
 def _carries_model_prior(party: LabelParty) -> bool:
-    """Whether the dispatched gradients carry the top model's prediction."""
-    return (
-        party.mechanism.is_binary
-        and party.denoise == "posterior"
-        and party.denoise_prior == "model"
-    )
+    """Whether the dispatched gradients carry a posterior-trained prediction."""
+    return party.mechanism.is_binary and party.denoise == "posterior"

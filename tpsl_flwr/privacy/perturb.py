@@ -105,6 +105,7 @@ def logits_placement_backward(
     noisy: NoisyLabels,
     *,
     denoise: Denoiser | None = None,
+    dispatch: NoisyLabels | None = None,
 ) -> tuple[Tensor, Tensor]:
     """One backward pass with the noise at the logits (Section 4.2).
 
@@ -120,8 +121,13 @@ def logits_placement_backward(
         The batch's randomized labels (drawn once per sample).
     denoise
         If given, called with the detached logits of this forward pass and
-        ``noisy``; its result replaces ``noisy`` (noise-aware training,
-        :mod:`tpsl_flwr.privacy.posterior`).
+        ``noisy``; the top model's update comes from its result instead
+        (noise-aware training, :mod:`tpsl_flwr.privacy.posterior`).
+    dispatch
+        The labels the dispatched gradient is computed from (default
+        ``noisy``); with ``denoise``, the label party passes the release's
+        unbiased coefficients, so what leaves it is GradPerturb's gradient of
+        the release alone, not of the posterior.
 
     Returns
     -------
@@ -131,11 +137,25 @@ def logits_placement_backward(
     """
     cut = embeddings.detach().requires_grad_(True)
     logits = top(cut)
-    if denoise is not None:
-        noisy = denoise(logits.detach(), noisy)
-    coefficient_loss(logits, noisy).backward()
-    assert cut.grad is not None
-    return cut.grad.detach(), logits.detach()
+    if denoise is None and dispatch is None:
+        coefficient_loss(logits, noisy).backward()
+        assert cut.grad is not None
+        return cut.grad.detach(), logits.detach()
+    sent = coefficient_loss(logits, noisy if dispatch is None else dispatch)
+    (cut_grad,) = torch.autograd.grad(sent, cut, retain_graph=True)
+    trained = noisy if denoise is None else denoise(logits.detach(), noisy)
+    _accumulate(top, coefficient_loss(logits, trained))
+    return cut_grad.detach(), logits.detach()
+
+
+def _accumulate(top: nn.Module, loss: Tensor) -> None:
+    """Add ``loss``'s gradient to the top model's ``.grad`` fields (only theirs)."""
+    params = [p for p in top.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    for param, grad in zip(params, grads, strict=True):
+        if grad is None:
+            continue
+        param.grad = grad.detach() if param.grad is None else param.grad + grad
 
 
 def cut_placement_backward(
@@ -145,6 +165,7 @@ def cut_placement_backward(
     update_noisy: NoisyLabels,
     *,
     denoise: Denoiser | None = None,
+    dispatch: NoisyLabels | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Perturb the cut-layer gradient and the top update separately (Algorithm 3).
 
@@ -160,7 +181,10 @@ def cut_placement_backward(
     update_noisy
         Independently randomized labels behind the top-model update.
     denoise
-        As in :func:`logits_placement_backward`, applied to both.
+        As in :func:`logits_placement_backward`: applied to ``update_noisy``.
+    dispatch
+        The labels the dispatched gradient is computed from (default
+        ``transcript_noisy``), as in :func:`logits_placement_backward`.
 
     Returns
     -------
@@ -170,17 +194,11 @@ def cut_placement_backward(
     cut = embeddings.detach().requires_grad_(True)
     logits = top(cut)
     if denoise is not None:
-        transcript_noisy = denoise(logits.detach(), transcript_noisy)
         update_noisy = denoise(logits.detach(), update_noisy)
-    transcript_loss = coefficient_loss(logits, transcript_noisy, additive_on=cut)
+    sent = transcript_noisy if dispatch is None else dispatch
+    transcript_loss = coefficient_loss(logits, sent, additive_on=cut)
     (cut_grad,) = torch.autograd.grad(transcript_loss, cut, retain_graph=True)
-    params = [p for p in top.parameters() if p.requires_grad]
-    update_loss = coefficient_loss(logits, update_noisy)
-    grads = torch.autograd.grad(update_loss, params, allow_unused=True)
-    for param, grad in zip(params, grads, strict=True):
-        if grad is None:
-            continue
-        param.grad = grad.detach() if param.grad is None else param.grad + grad
+    _accumulate(top, coefficient_loss(logits, update_noisy))
     return cut_grad.detach(), logits.detach()
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "frequency_prior",
     "log_likelihoods",
     "posterior_coefficients",
+    "unbiased_coefficients",
 ]
 
 DENOISERS: tuple[str, ...] = ("none", "posterior")
@@ -258,12 +259,47 @@ def frequency_prior(
     c = _checked(coefficients, k, "noisy label coefficients")
     if c.shape[0] == 0:
         raise PrivacyError("frequency prior needs at least one noisy label")
-    mean = c.mean(axis=0)
-    if mechanism.name == "discrete":
-        log_keep, log_other = _rr_log_keep_other(mechanism)
-        keep, other = math.exp(log_keep), math.exp(log_other)
-        mean = (mean - other) / (keep - other)
+    mean = unbiased_coefficients(mechanism=mechanism, coefficients=c).mean(axis=0)
     estimate = np.clip(mean, 0.0, None)
     total = estimate.sum()
     pi = estimate / total if total > 0 else np.full(k, 1.0 / k)
     return (1.0 - floor) * pi + floor / k
+
+
+def unbiased_coefficients(*, mechanism: Mechanism, coefficients: object) -> np.ndarray:
+    """Noisy label coefficients mapped to an unbiased estimate of ``e_y``, ``(n, k)``.
+
+    Laplace (and ``none``): ``c = e_y + U`` with ``E[U] = 0`` already. Randomized
+    response: ``E[c] = q e_y + o (1 - e_y)`` with ``o = (1 - q) / (k - 1)``, so
+    ``(c - o) / (q - o)`` (an affine map of each release: its rows still sum to
+    1, and the gradient ``sum_j c_j g_j`` stays on the line through the ``g_j``).
+    A function of the release only: post-processing.
+
+    Parameters
+    ----------
+    mechanism
+        The mechanism that released ``coefficients``.
+    coefficients
+        ``(n, k)`` noisy label coefficients.
+
+    Raises
+    ------
+    ConfigError
+        For the Gaussian baseline (it releases no noisy label).
+    PrivacyError
+        For coefficients of the wrong shape or not finite.
+
+    Examples
+    --------
+    >>> from tpsl_flwr.privacy.mechanisms import make_mechanism
+    >>> rr = make_mechanism("discrete", epsilon=math.log(3.0))  # q = 3/4
+    >>> unbiased_coefficients(mechanism=rr, coefficients=[[0.0, 1.0]])
+    array([[-0.5,  1.5]])
+    """
+    check_denoisable(mechanism)
+    c = _checked(coefficients, mechanism.num_classes, "noisy label coefficients")
+    if mechanism.name != "discrete":
+        return c
+    log_keep, log_other = _rr_log_keep_other(mechanism)
+    keep, other = math.exp(log_keep), math.exp(log_other)
+    return (c - other) / (keep - other)

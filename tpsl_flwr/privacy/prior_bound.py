@@ -4,11 +4,11 @@
 on an ``epsilon``-DP label whose only source of label information is the
 mechanism's output. A white-box attacker knows more: the top model ``h``, hence
 ``pi_i = P(y_i = 1 | h(x_i))``, which is learned from *other* samples' noisy
-labels and sample ``i``'s features. With ``denoise = "posterior"`` and the model
-prior, the dispatched gradient carries ``P(y_i | noisy label, pi_i)``: still
-post-processing of the ``epsilon``-DP noisy labels (the guarantee holds), but
-across a population its label signal is the prior's plus the noise's, and
-e^eps / (1 + e^eps) no longer caps it.
+labels and sample ``i``'s features. With ``denoise = "posterior"`` the top model
+learns the clean label's probability and every dispatched gradient ``(h(x_i) -
+c_i) dh/de`` carries it: still post-processing of the ``epsilon``-DP noisy labels
+(the guarantee holds), but across a population its label signal is the
+prior's plus the noise's, and e^eps / (1 + e^eps) no longer caps it.
 
 The ceiling for such an attacker: given ``pi_i``, the most informative
 ``epsilon``-DP view of a binary label is randomized response (it dominates every

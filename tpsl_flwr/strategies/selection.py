@@ -37,6 +37,7 @@ from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.noisy_labels import STREAM_TRANSCRIPT, draw_noisy_labels
 from tpsl_flwr.privacy.perturb import per_class_losses
+from tpsl_flwr.privacy.posterior import unbiased_coefficients
 
 __all__ = ["BestEpoch", "noisy_validation_loss", "unbiased_targets", "validation_ids"]
 
@@ -100,12 +101,7 @@ def unbiased_targets(party: LabelParty, ids: np.ndarray) -> np.ndarray:
     noisy = draw_noisy_labels(
         mechanism, party.labels[ids], ids, party.key, STREAM_TRANSCRIPT
     )
-    targets = np.asarray(noisy.coefficients, dtype=np.float64)
-    keep = getattr(mechanism, "keep_probability", None)
-    if keep is not None:
-        rest = (1.0 - keep) / (mechanism.num_classes - 1)
-        targets = (targets - rest) / (keep - rest)
-    return targets
+    return unbiased_coefficients(mechanism=mechanism, coefficients=noisy.coefficients)
 
 
 @torch.no_grad()
