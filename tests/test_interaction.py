@@ -11,7 +11,7 @@ from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.architecture import build_bottom, build_top, node_fields
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.interaction import DotInteractionTop
-from tpsl_flwr.models import BottomModel, TopModel
+from tpsl_flwr.models import EMBEDDING_SD, FIELD_EMBEDDING_SD, BottomModel, TopModel
 from tpsl_flwr.wire.label_side import Node, check_top_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -192,3 +192,12 @@ def test_auto_takes_dlrm_where_there_are_categorical_columns_else_mlp():
     assert (ctr.split_model, digits.split_model) == ("dlrm", "mlp")
     assert isinstance(build_top(digits, 10), TopModel)
     assert not build_bottom(digits, 32, (), 0).fields
+
+
+def test_field_embeddings_start_small_and_the_mlp_layout_keeps_pytorchs_scale():
+    # 40 000 draws each: the sample sd is within 2% of its target (12 sigma)
+    fields = BottomModel(0, [5000], embedding_dim=8, out_dim=8, fields=True)
+    mlp = BottomModel(0, [5000], embedding_dim=8, out_dim=8)
+    assert fields.embedding is not None and mlp.embedding is not None
+    assert abs(float(fields.embedding.weight.std()) / FIELD_EMBEDDING_SD - 1) < 0.02
+    assert abs(float(mlp.embedding.weight.std()) / EMBEDDING_SD - 1) < 0.02

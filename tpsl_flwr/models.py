@@ -25,7 +25,13 @@ from torch import Tensor, nn
 
 from tpsl_flwr.errors import ConfigError
 
-__all__ = ["EMBEDDING_SD", "BottomModel", "TopModel", "num_outputs_for"]
+__all__ = [
+    "EMBEDDING_SD",
+    "FIELD_EMBEDDING_SD",
+    "BottomModel",
+    "TopModel",
+    "num_outputs_for",
+]
 
 EMBEDDING_SD = 1.0
 """Standard deviation of the initial categorical embeddings (PyTorch's default).
@@ -34,6 +40,17 @@ Measured, central training of the split models: on 200k synthetic CTR rows
 (lr 3e-3, cosine, 8 epochs) 0.05 gave test AUC 0.794 against 0.788 for 1; on
 4000 generated Criteo rows (26 hashed columns, Adam 1e-2, 4 epochs) 0.607
 against 0.697. The default stays 1.
+"""
+
+
+FIELD_EMBEDDING_SD = 0.1
+"""Standard deviation of the initial field embeddings (``fields=True``, DLRM).
+
+Their pairwise dot products feed the top model, so a wide start fills it with
+random products of rarely seen categories. Measured, in-process, unprotected:
+on 5000 generated Criteo rows (26 hashed columns, 8 epochs) the best epoch's
+test AUC was 0.72 with 0.1 and 0.65 with 1; on 200k synthetic CTR rows 0.8097
+against 0.8104 (Laplace eps 1: 0.7583 against 0.7580).
 """
 
 
@@ -161,7 +178,8 @@ class BottomModel(nn.Module):
         and the MLP of the numeric columns (if any), each ``out_dim`` wide
         (``embedding_dim`` must equal ``out_dim``), so the label party can take
         their pairwise dot products (:class:`~tpsl_flwr.interaction.DotInteractionTop`).
-        :attr:`num_fields` vectors make the cut layer.
+        :attr:`num_fields` vectors make the cut layer; the embeddings start
+        from ``N(0, FIELD_EMBEDDING_SD^2)``.
 
     Raises
     ------
@@ -245,6 +263,9 @@ class BottomModel(nn.Module):
             persistent=False,
         )
         _reset(self, generator)
+        if self.fields and self.embedding is not None:
+            with torch.no_grad():  # N(0, FIELD_EMBEDDING_SD^2)
+                self.embedding.weight.mul_(FIELD_EMBEDDING_SD / EMBEDDING_SD)
         if wide:  # the wide part starts at 0: the deep part decides the start
             for parameter in self.wide_parameters():
                 nn.init.zeros_(parameter)
