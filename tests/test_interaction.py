@@ -199,5 +199,22 @@ def test_field_embeddings_start_small_and_the_mlp_layout_keeps_pytorchs_scale():
     fields = BottomModel(0, [5000], embedding_dim=8, out_dim=8, fields=True)
     mlp = BottomModel(0, [5000], embedding_dim=8, out_dim=8)
     assert fields.embedding is not None and mlp.embedding is not None
-    assert abs(float(fields.embedding.weight.detach().std()) / FIELD_EMBEDDING_SD - 1) < 0.02
+    assert (
+        abs(float(fields.embedding.weight.detach().std()) / FIELD_EMBEDDING_SD - 1)
+        < 0.02
+    )
     assert abs(float(mlp.embedding.weight.detach().std()) / EMBEDDING_SD - 1) < 0.02
+
+
+def test_each_nodes_wide_column_starts_at_weight_one_in_the_dot_top():
+    top = DotInteractionTop([2, 1], field_dim=3, hidden=(4,), wide=True)
+    assert top.node_widths == (7, 4)
+    skip = top.head.skip
+    assert skip is not None
+    assert torch.nonzero(skip.weight[0]).flatten().tolist() == [6, 10]
+    assert skip.weight[0, [6, 10]].tolist() == [1.0, 1.0]
+    mlp_top = build_top(
+        ExperimentConfig(rows=2000, model="mlp", wide=True, out_dir="unused"), 1
+    )
+    assert isinstance(mlp_top, TopModel) and mlp_top.skip is not None
+    assert torch.nonzero(mlp_top.skip.weight[0]).flatten().tolist() == [8, 17]

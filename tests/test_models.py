@@ -299,3 +299,39 @@ def test_the_wide_part_adds_one_linear_column_that_starts_at_zero():
 
 def _g(seed):
     return torch.Generator().manual_seed(seed)
+
+
+def test_wide_columns_reach_the_logit_with_weight_one_so_the_wide_part_learns():
+    # Prepare: a node with a wide column (its last), at its start of 0
+    bottom = BottomModel(0, [4], hidden=(3,), out_dim=2, generator=_g(0), wide=True)
+    top = TopModel(3, hidden=(3,), generator=_g(1), wide=True, wide_columns=[2])
+    plain = TopModel(3, hidden=(3,), generator=_g(1))
+    codes = torch.tensor([[0], [1], [2], [3]])
+    emb = bottom(torch.zeros(4, 0), codes)
+
+    # Execute
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(
+        top(emb).squeeze(1), torch.tensor([1.0, 0.0, 1.0, 0.0])
+    )
+    loss.backward()
+
+    # Assert: the wide column is added to the logit as is; at the start it is 0,
+    # so the logits are the plain model's, and yet the wide weights get gradient
+    assert top.skip is not None
+    assert top.skip.weight.tolist() == [[0.0, 0.0, 1.0]]
+    torch.testing.assert_close(top(emb), plain(emb))
+    assert bottom.wide_embedding is not None
+    grad = bottom.wide_embedding.weight.grad
+    assert grad is not None and bool((grad.abs() > 0).all())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"wide_columns": [0]}, r"wide_columns \[0\] given without wide=True"),
+        ({"wide": True, "wide_columns": [3]}, r"wide_columns must be in \[0, 3\)"),
+    ],
+)
+def test_top_model_refuses_bad_wide_columns(kwargs: dict, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        TopModel(3, **kwargs)

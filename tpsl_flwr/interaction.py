@@ -51,7 +51,8 @@ class DotInteractionTop(nn.Module):
         Source of the initial weights; the global RNG when None.
     wide : bool
         Each node also sends its wide column after its fields (``width`` one
-        more), and the head gets a linear path to the logits (starting at 0).
+        more), and the head gets a linear path to the logits (starting at 1 on
+        the wide columns, 0 elsewhere: :class:`~tpsl_flwr.models.TopModel`).
 
     Attributes
     ----------
@@ -105,12 +106,21 @@ class DotInteractionTop(nn.Module):
         self.register_buffer(
             "pairs", torch.triu_indices(total, total, offset=1), persistent=False
         )
+        wide_columns = (
+            [
+                s + n * self.field_dim
+                for s, n in zip(starts, self.node_fields, strict=True)
+            ]
+            if wide
+            else []
+        )
         self.head = TopModel(
             self.in_dim + self.pairs.shape[1],
             hidden,
             num_outputs,
             generator=generator,
             wide=wide,
+            wide_columns=wide_columns,
         )
         self.num_outputs = self.head.num_outputs
 

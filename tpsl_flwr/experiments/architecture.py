@@ -103,10 +103,14 @@ def build_top(cfg: ExperimentConfig, num_outputs: int) -> nn.Module:
             generator=generator,
             wide=cfg.wide,
         )
+    width = cfg.embedding_dim + cfg.wide
     return TopModel(
-        cfg.num_parties * (cfg.embedding_dim + cfg.wide),
+        cfg.num_parties * width,
         hidden=(cfg.top_hidden,),
         num_outputs=num_outputs,
         generator=generator,
         wide=cfg.wide,
+        wide_columns=[(p + 1) * width - 1 for p in range(cfg.num_parties)]
+        if cfg.wide
+        else [],
     )
