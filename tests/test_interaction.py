@@ -11,7 +11,13 @@ from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.architecture import build_bottom, build_top, node_fields
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.interaction import DotInteractionTop
-from tpsl_flwr.models import EMBEDDING_SD, FIELD_EMBEDDING_SD, BottomModel, TopModel
+from tpsl_flwr.models import (
+    EMBEDDING_SD,
+    FIELD_EMBEDDING_SD,
+    BottomModel,
+    TopModel,
+    load_checkpoint_state,
+)
 from tpsl_flwr.wire.label_side import Node, check_top_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -218,3 +224,9 @@ def test_each_nodes_wide_column_starts_at_weight_one_in_the_dot_top():
     )
     assert isinstance(mlp_top, TopModel) and mlp_top.skip is not None
     assert torch.nonzero(mlp_top.skip.weight[0]).flatten().tolist() == [8, 17]
+
+
+def test_a_checkpoint_of_another_model_is_refused_naming_the_settings():
+    written = DotInteractionTop([2, 1], field_dim=3).state_dict()
+    with pytest.raises(ConfigError, match=r"top model does not fit.*model, embedding"):
+        load_checkpoint_state(TopModel(9), written, "top model")

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from tpsl_flwr.errors import ConfigError, PrivacyError
+from tpsl_flwr.models import load_checkpoint_state
 from tpsl_flwr.parties.optim import OptimizerFactory, adam
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import Mechanism
@@ -381,6 +382,6 @@ class LabelParty:
                 f"(fingerprint {state.get('key_fingerprint')}, this run "
                 f"{self.key.fingerprint})"
             )
-        self.top.load_state_dict(state["top"])
+        load_checkpoint_state(self.top, state["top"], "top model")
         self.optimizer.load_state_dict(state["optimizer"])
         self.steps = int(state["steps"])

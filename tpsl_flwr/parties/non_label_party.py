@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.models import load_checkpoint_state
 from tpsl_flwr.parties.optim import OptimizerFactory, adam, set_lr_scale
 from tpsl_flwr.validation import check_sample_ids
 
@@ -174,7 +175,7 @@ class NonLabelParty:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
-        self.bottom.load_state_dict(state["bottom"])
+        load_checkpoint_state(self.bottom, state["bottom"], "bottom model")
         self.optimizer.load_state_dict(state["optimizer"])
         self._kept = None
 
