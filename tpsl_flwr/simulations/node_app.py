@@ -41,9 +41,7 @@ def builtin_party(context: Context) -> NonLabelParty:
         )
     view = cfg.load_party(partition)
     train, test = view.train, view.test
-    bottom = build_bottom(
-        cfg, train.numeric.shape[1], train.cardinalities, partition
-    )
+    bottom = build_bottom(cfg, train.numeric.shape[1], train.cardinalities, partition)
     return NonLabelParty(
         {
             "train": (train.numeric, train.categorical),
