@@ -16,8 +16,8 @@ from tpsl_flwr.models import (
     FIELD_EMBEDDING_SD,
     BottomModel,
     TopModel,
-    load_checkpoint_state,
 )
+from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.wire.label_side import Node, check_top_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

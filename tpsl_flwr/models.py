@@ -24,13 +24,13 @@ import torch
 from torch import Tensor, nn
 
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.outputs import num_outputs_for
 
 __all__ = [
     "EMBEDDING_SD",
     "FIELD_EMBEDDING_SD",
     "BottomModel",
     "TopModel",
-    "load_checkpoint_state",
     "num_outputs_for",
 ]
 
@@ -53,57 +53,6 @@ on 5000 generated Criteo rows (26 hashed columns, 8 epochs) the best epoch's
 test AUC was 0.72 with 0.1 and 0.65 with 1; on 200k synthetic CTR rows 0.8097
 against 0.8104 (Laplace eps 1: 0.7583 against 0.7580).
 """
-
-
-def load_checkpoint_state(module: nn.Module, state: dict, what: str) -> None:
-    """``module.load_state_dict(state)``, a mismatch refused in one line.
-
-    Raises
-    ------
-    ConfigError
-        If the checkpoint's tensors do not fit ``module`` (it was written by a
-        run with another model), naming ``what`` and the settings that shape it.
-    """
-    try:
-        module.load_state_dict(state)
-    except RuntimeError as err:
-        detail = " ".join(str(err).split())
-        raise ConfigError(
-            f"the checkpoint's {what} does not fit this run's: resume with the "
-            "settings it was written with (model, embedding-dim, bottom-hidden, "
-            f"top-hidden, wide, num-parties); {detail[:300]}"
-        ) from err
-
-
-def num_outputs_for(num_classes: int) -> int:
-    """Number of logits the top model emits for ``num_classes`` classes.
-
-    Parameters
-    ----------
-    num_classes : int
-        At least 2.
-
-    Returns
-    -------
-    int
-        1 for binary labels (one logit, sigmoid + BCE), else ``num_classes``
-        (softmax + cross-entropy).
-
-    Raises
-    ------
-    ConfigError
-        If ``num_classes`` is not an int >= 2.
-
-    Examples
-    --------
-    >>> num_outputs_for(2), num_outputs_for(10)
-    (1, 10)
-    """
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int):
-        raise ConfigError(f"num_classes must be an int, got {num_classes!r}")
-    if num_classes < 2:
-        raise ConfigError(f"num_classes must be >= 2, got {num_classes}")
-    return 1 if num_classes == 2 else num_classes
 
 
 def check_size(name: str, value: object, minimum: int = 1) -> int:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from tpsl_flwr.errors import ConfigError, PrivacyError
-from tpsl_flwr.models import load_checkpoint_state
+from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import OptimizerFactory, adam
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import Mechanism

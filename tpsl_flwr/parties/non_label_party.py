@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.models import load_checkpoint_state
+from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import OptimizerFactory, adam, set_lr_scale
 from tpsl_flwr.validation import check_sample_ids
 
