@@ -284,8 +284,11 @@ def test_at_a_large_epsilon_the_posterior_gives_the_clean_gradients(
     # dispatched gradient is the release's (Laplace: still 1/50-scale noise)
     for ids, emb in _batches(6):
         sent, expected = denoised.train_step(ids, emb), clean.train_step(ids, emb)
-        atol = 1e-7 if name == "discrete" else 1e-3
-        torch.testing.assert_close(sent, expected, rtol=1e-4, atol=atol)
+        if name == "discrete":
+            torch.testing.assert_close(sent, expected, rtol=1e-4, atol=1e-7)
+        else:  # noise of scale 1/50 on a label difference of 1: a few percent
+            gap = float((sent - expected).abs().mean())
+            assert gap < 0.1 * float(expected.abs().mean()), gap
     for p, q in zip(denoised.top.parameters(), clean.top.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
 

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.models import TopModel, check_size
+from tpsl_flwr.models import TopModel, check_embeddings, check_size
 
 __all__ = ["DotInteractionTop"]
 
@@ -142,11 +142,7 @@ class DotInteractionTop(nn.Module):
         ConfigError
             If the input width is not ``in_dim``.
         """
-        if embeddings.dim() != 2 or embeddings.shape[1] != self.in_dim:
-            raise ConfigError(
-                f"embeddings must have shape (batch, {self.in_dim}), got "
-                f"{tuple(embeddings.shape)}"
-            )
+        check_embeddings(embeddings, self.in_dim)
         batch, d = embeddings.shape[0], self.field_dim
         vectors = torch.cat(
             [

@@ -64,6 +64,20 @@ def check_size(name: str, value: object, minimum: int = 1) -> int:
     return value
 
 
+def check_embeddings(embeddings: Tensor, in_dim: int) -> None:
+    """Raise :class:`ConfigError` unless ``embeddings`` is ``(batch, in_dim)``."""
+    if embeddings.dim() != 2 or embeddings.shape[1] != in_dim:
+        raise ConfigError(
+            f"embeddings must have shape (batch, {in_dim}), got "
+            f"{tuple(embeddings.shape)}"
+        )
+
+
+def field_count(num_numeric: int, num_categorical: int) -> int:
+    """DLRM fields: one per categorical column, one for the numerics if any."""
+    return (num_numeric > 0) + num_categorical
+
+
 def _check_hidden(hidden: Sequence[int]) -> tuple[int, ...]:
     """Validate hidden-layer widths (possibly none)."""
     if isinstance(hidden, int | str):
@@ -204,7 +218,7 @@ class BottomModel(nn.Module):
             )
         self.embedding: nn.Embedding | None = None
         self.in_dim = self.num_numeric + num_cat * self.embedding_dim
-        self.num_fields = (self.num_numeric > 0) + num_cat if self.fields else 1
+        self.num_fields = field_count(self.num_numeric, num_cat) if self.fields else 1
         self.mlp: nn.Sequential | None = None
         with _no_rng():
             if num_cat:
@@ -397,11 +411,7 @@ class TopModel(nn.Module):
         ConfigError
             If the input width is not ``in_dim``.
         """
-        if embeddings.dim() != 2 or embeddings.shape[1] != self.in_dim:
-            raise ConfigError(
-                f"embeddings must have shape (batch, {self.in_dim}), got "
-                f"{tuple(embeddings.shape)}"
-            )
+        check_embeddings(embeddings, self.in_dim)
         logits = self.mlp(embeddings)
         if self.skip is None:
             return logits

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from tpsl_flwr.interaction import DotInteractionTop
-from tpsl_flwr.models import BottomModel, TopModel
+from tpsl_flwr.models import BottomModel, TopModel, field_count
 
 if TYPE_CHECKING:
     from tpsl_flwr.experiments.config import ExperimentConfig
@@ -55,6 +55,7 @@ def build_bottom(
     return BottomModel(
         num_numeric,
         cardinalities,
+        # mlp: 4-wide embeddings per column before the MLP (the model's default)
         embedding_dim=cfg.embedding_dim if fields else 4,
         hidden=(cfg.bottom_hidden,),
         out_dim=cfg.embedding_dim,
@@ -67,13 +68,13 @@ def build_bottom(
 def node_fields(cfg: ExperimentConfig) -> tuple[int, ...]:
     """Fields each node sends under ``dlrm``, in partition order (public schema).
 
-    One per categorical column, plus one for the numeric columns if the node
-    has any (as :attr:`BottomModel.num_fields`).
+    :func:`~tpsl_flwr.models.field_count` of each node's columns, as its
+    :attr:`BottomModel.num_fields`.
     """
     counts = []
     for partition in range(cfg.num_parties):
         columns = cfg.party_columns(partition)
-        counts.append(bool(columns.numeric) + len(columns.categorical))
+        counts.append(field_count(len(columns.numeric), len(columns.categorical)))
     return tuple(counts)
 
 

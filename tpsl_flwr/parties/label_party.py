@@ -251,12 +251,13 @@ class LabelParty:
 
         With ``denoise = "posterior"`` only the top model trains on the
         posterior; the nodes get GradPerturb's gradient of the release itself
-        (for randomized response debiased, an affine map of it), so the
-        transcript carries no prior and its attack ceiling is the plain one.
-        Sending the posterior's gradient instead would mix the top model's
-        prediction into every dispatched gradient (attack AUCs measured up to
-        0.05 higher); sending randomized response's biased ``e_y~`` while the
-        top fits the posterior pulls the two apart (test AUC 0.59 against 0.74).
+        (for randomized response debiased, an affine map of it), so no
+        posterior enters what they receive. Sending the posterior's gradient
+        instead mixed the top model's prediction into every dispatched
+        gradient (200k synthetic rows, eps 1: SDA 0.768 against 0.721, norm
+        0.729 against 0.545); sending randomized response's biased ``e_y~``
+        while the top fits the posterior pulls the two apart (test AUC 0.59
+        against 0.74).
         """
         return NoisyLabels(
             unbiased_coefficients(
