@@ -1,12 +1,15 @@
 """Deployment over TLS with authenticated SuperNodes, on loopback.
 
 One secure :class:`DeploymentRuntime` (TLS SuperLink with
-``--enable-supernode-auth``, 2 registered SuperNodes) is shared by the module.
-A tiny ServerApp/ClientApp pair (written to a temporary app folder) runs on it
-once; a SuperNode with a key pair that was never registered and plaintext
-clients (a ``--insecure`` SuperNode, the ``flwr`` CLI with ``insecure =
-true``) must be refused. Every process is ended by PID at the end and checked
-with :func:`find_launched_processes`.
+``--enable-supernode-auth`` on 127.0.0.1, an nginx proxy that forwards only
+its Fleet API, 2 registered SuperNodes connected through the proxy) is shared
+by the module. A tiny ServerApp/ClientApp pair (written to a temporary app
+folder) runs on it once; a SuperNode with a key pair that was never
+registered and plaintext clients (a ``--insecure`` SuperNode, the ``flwr``
+CLI with ``insecure = true``) must be refused, and so must the Control API
+(``flwr ls``, ``run``, ``log``, ``supernode register``) at the proxy's
+address, while it works on the loopback address. Every process is ended by
+PID at the end and checked with :func:`find_launched_processes`.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from tpsl_flwr.engines.certificates import (
     create_supernode_key_pair,
 )
 from tpsl_flwr.engines.deployment import DeploymentRuntime
-from tpsl_flwr.engines.flower_env import free_ports, read_toml
+from tpsl_flwr.engines.fleet_proxy import BYPASS_ENV
+from tpsl_flwr.engines.flower_env import flwr_executable, free_ports, read_toml
 from tpsl_flwr.engines.processes import find_launched_processes
 
 pytestmark = pytest.mark.slow
@@ -153,9 +157,10 @@ def secure_runtime(
 def _spawn_supernode(
     runtime: DeploymentRuntime, extra: list[str], log_path: Path
 ) -> subprocess.Popen[bytes]:
-    """An extra SuperNode with the runtime's environment (and launch marker)."""
+    """An extra SuperNode, through the proxy, with the runtime's environment."""
     (port,) = free_ports(1)
-    cmd = ["flower-supernode", "--superlink", runtime.address, "--port", str(port)]
+    address = runtime.fleet_address
+    cmd = ["flower-supernode", "--superlink", address, "--port", str(port)]
     with log_path.open("w", encoding="utf-8") as log_file:
         return subprocess.Popen(
             [*cmd, *extra, "--node-config", "partition-id=99 num-partitions=100"],
@@ -223,6 +228,16 @@ def test_secure_runtime_registers_and_connects_supernodes(
     # Every registered SuperNode is online (`flwr supernode list`, over TLS)
     nodes = {int(n["node-id"]): n["status"] for n in runtime.list_supernodes()}
     assert nodes == dict.fromkeys(runtime.node_ids, "online")
+    # ... and reached the SuperLink through the proxy, which forwarded Fleet calls
+    assert runtime.proxy is not None and runtime.proxy.process is not None
+    assert runtime.fleet_address == runtime.proxy.address != runtime.address
+    assert runtime.address.startswith("127.0.0.1:")
+    assert not set(BYPASS_ENV) & set(runtime.env)  # no gRPC Control server
+    for pid in runtime.pids[1:]:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert runtime.fleet_address.encode() in cmdline, cmdline
+    access = (runtime.proxy.prefix / "access.log").read_text()
+    assert '"POST /v1/fleet/pull-messages HTTP/1.1" 200' in access
 
 
 def test_app_runs_over_tls_with_authenticated_supernodes(
@@ -297,3 +312,102 @@ def test_plaintext_clients_are_refused(
     # ... while the TLS connection keeps working, with the same nodes
     nodes = {int(n["node-id"]) for n in runtime.list_supernodes()}
     assert nodes == set(runtime.node_ids)
+
+
+def _control_commands(
+    connection: str, *, run_id: str, public_key: Path, app_dir: Path
+) -> dict[str, list[str]]:
+    """``flwr`` Control API commands aimed at ``connection``."""
+    key = str(public_key)
+    return {
+        "ls": ["ls", connection, "--format", "json"],
+        "register": ["supernode", "register", key, connection, "--format", "json"],
+        "run": ["run", str(app_dir), connection, "--format", "json"],
+        "log": ["log", run_id, connection, "--show"],
+    }
+
+
+def _run_at_once(
+    env: dict[str, str], commands: dict[str, list[str]], timeout: float = 90
+) -> dict[str, tuple[int | None, str]]:
+    """Run ``flwr`` commands concurrently; exit code and output of each."""
+    env = {**env, "COLUMNS": "400"}  # rich boxes must not split a URL
+    procs = {
+        name: subprocess.Popen(
+            [flwr_executable(), *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        for name, args in commands.items()
+    }
+    results = {}
+    for name, proc in procs.items():
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        results[name] = (proc.returncode, out)
+    return results
+
+
+def _json(text: str) -> dict[str, Any]:
+    payload: dict[str, Any] = json.loads(text[text.find("{") :])
+    return payload
+
+
+def test_control_api_is_refused_through_the_proxy(
+    secure_runtime: DeploymentRuntime, tmp_path: Path
+) -> None:
+    # Prepare: a connection to the proxy that trusts the CA (TLS succeeds)
+    runtime = secure_runtime
+    assert runtime.flwr_home is not None and runtime.certificates is not None
+    config_path = runtime.flwr_home / "config.toml"
+    config = read_toml(config_path)
+    config["superlink"]["via-proxy"] = {
+        "address": runtime.fleet_address,
+        "root-certificates": str(runtime.certificates.ca_certfile),
+    }
+    config_path.write_text(tomli_w.dumps(config), encoding="utf-8")
+    runs = runtime.flwr_cli("ls", runtime.connection, "--format", "json")
+    run_ids = [str(r["run-id"]) for r in _json(runs.stdout)["runs"]]
+    assert run_ids, runs.stdout  # the app ran above, over loopback Control
+    rogue = create_supernode_key_pair(tmp_path / "rogue").public_key
+    app_dir = _write_app(tmp_path / "app")
+    proxy, loopback = (
+        _control_commands(c, run_id=run_ids[0], public_key=rogue, app_dir=app_dir)
+        for c in ("via-proxy", runtime.connection)
+    )
+
+    # Execute: all four at the proxy, and `flwr log` on loopback, at once
+    out = _run_at_once(runtime.env, {**proxy, "loopback-log": loopback["log"]})
+    after = _run_at_once(
+        runtime.env,
+        {
+            "runs": loopback["ls"],
+            "nodes": ["supernode", "list", runtime.connection, "--format", "json"],
+        },
+    )
+
+    # Assert: each Control call at the proxy got nginx's 403 ...
+    for name, path in [
+        ("ls", "list-runs"),
+        ("register", "register-node"),
+        ("run", "start-run"),
+        ("log", "stream-logs"),
+    ]:
+        returncode, text = out[name]
+        assert "403 Forbidden" in text, (name, text)
+        assert f"{runtime.fleet_address}/v1/control/{path}" in text, (name, text)
+        failed = returncode != 0 or '"success": false' in text
+        assert failed, (name, returncode, text)
+    # ... and changed nothing: no new node, no new run
+    nodes, runs_after = (_json(after[name][1]) for name in ("nodes", "runs"))
+    assert {int(n["node-id"]) for n in nodes["nodes"]} == set(runtime.node_ids)
+    assert [str(r["run-id"]) for r in runs_after["runs"]] == run_ids
+    # The label party's loopback Control API serves the same commands
+    returncode, text = out["loopback-log"]
+    assert returncode == 0 and "Start `flwr-serverapp` process" in text, text

@@ -6,9 +6,12 @@ production (insecure, on 127.0.0.1), runs apps on it with
 all their descendants, by PID
 (:func:`~tpsl_flwr.engines.processes.terminate_launched`).
 
-With ``secure=True`` it runs over TLS with authenticated SuperNodes; that
-support (certificates, SuperNode registration, ``/health``) and the ``flwr``
-CLI calls are in :mod:`~tpsl_flwr.engines.deployment_security`.
+With ``secure=True`` it runs over TLS with authenticated SuperNodes, and the
+SuperNodes reach the SuperLink only through an nginx proxy that forwards the
+Fleet API alone (:mod:`~tpsl_flwr.engines.fleet_proxy`): the Control and
+Runtime APIs stay on loopback, for the label party. The TLS support
+(certificates, SuperNode registration, ``/health``) and the ``flwr`` CLI calls
+are in :mod:`~tpsl_flwr.engines.deployment_security`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from tpsl_flwr.engines import deployment_security as security
 from tpsl_flwr.engines.certificates import LocalCertificates
+from tpsl_flwr.engines.fleet_proxy import BYPASS_ENV, FleetProxy, find_nginx
 from tpsl_flwr.engines.flower_env import (
     check_run_config,
     free_ports,
@@ -59,9 +63,10 @@ class DeploymentRuntime:
     ``flwr-clientapp`` process. It waits until the SuperLink answers
     ``/health`` and every SuperNode has logged its id, and writes a connection
     ``[superlink.<connection>]`` with ``address``/``insecure`` into
-    ``$FLWR_HOME/config.toml`` for :meth:`run`. On exit, even after an
-    exception, every process it started and all their descendants are ended
-    by PID (SIGTERM, then SIGKILL after ``grace_s``).
+    ``$FLWR_HOME/config.toml`` for :meth:`run` (see ``secure`` for the
+    proxy). On exit, even after an exception, every process it started (nginx
+    too) and all their descendants are ended by PID (SIGTERM, then SIGKILL
+    after ``grace_s``).
 
     Parameters
     ----------
@@ -82,8 +87,13 @@ class DeploymentRuntime:
     secure : bool
         Run over TLS with SuperNode authentication
         (:mod:`~tpsl_flwr.engines.deployment_security`); each SuperNode's key
-        is registered once the SuperLink answers ``/health`` (:attr:`node_ids`
-        holds the ids). ``False`` (default): everything plaintext.
+        is registered over the loopback Control API once the SuperLink
+        answers ``/health`` (:attr:`node_ids` holds the ids), and the
+        SuperNodes connect to :attr:`fleet_address`, an nginx proxy that
+        forwards only ``/v1/fleet/`` (:class:`~tpsl_flwr.engines.fleet_proxy.
+        FleetProxy`, files in ``log_dir / "fleet-proxy"``); without nginx it
+        refuses to start. ``False`` (default): everything plaintext, SuperNodes
+        straight to the SuperLink.
     certificates_dir : Path | None
         With ``secure``: CA, SuperLink certificate and SuperNode key pairs,
         reused if present for ``num_supernodes``, else created there;
@@ -103,6 +113,8 @@ class DeploymentRuntime:
 
         with DeploymentRuntime(2, tmp_path, secure=True) as runtime:
             result = runtime.run(app_dir, timeout=120)  # over TLS
+            runtime.address  # Control and Runtime: the label party's loopback
+            runtime.fleet_address  # the proxy: Fleet API only
     """
 
     num_supernodes: int
@@ -121,6 +133,8 @@ class DeploymentRuntime:
     node_ids: list[int] = field(default_factory=list, init=False)
     launch_id: str = field(default_factory=lambda: uuid.uuid4().hex, init=False)
     address: str = field(default="", init=False)
+    fleet_address: str = field(default="", init=False)
+    proxy: FleetProxy | None = field(default=None, init=False)
     env: dict[str, str] = field(default_factory=dict, init=False)
     _procs: list[subprocess.Popen[Any]] = field(default_factory=list, init=False)
     _runs: int = field(default=0, init=False)
@@ -175,6 +189,10 @@ class DeploymentRuntime:
         """
         if self._procs:
             raise FlowerLaunchError("DeploymentRuntime is already started")
+        if self.secure:
+            find_nginx()  # never fall back to exposing the Control API
+            for name in BYPASS_ENV:  # no gRPC Control/Fleet server past nginx
+                self.env.pop(name, None)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         assert self.flwr_home is not None
         self.flwr_home.mkdir(parents=True, exist_ok=True)
@@ -188,8 +206,9 @@ class DeploymentRuntime:
                 self.num_supernodes, self.log_dir, self.env, self.worker_run_config
             )
             self.workers.start()
-        link_port, *node_ports = free_ports(1 + self.num_supernodes)
+        link_port, proxy_port, *node_ports = free_ports(2 + self.num_supernodes)
         self.address = f"127.0.0.1:{link_port}"
+        self.fleet_address = self.address
         security.write_connection(
             self.flwr_home, self.connection, self.address, self.certificates
         )
@@ -206,12 +225,22 @@ class DeploymentRuntime:
             self.log_dir / "superlink.log",
         )
         if self.secure:
+            assert self.certificates is not None
+            self.proxy = FleetProxy(
+                link_port,
+                self.certificates,
+                self.log_dir / "fleet-proxy",
+                proxy_port,
+                env=self.env,
+            )
+            self.proxy.start()
+            self.fleet_address = self.proxy.address
             # SuperNodes may only connect once their public key is registered
             self._wait(self.superlink_healthy, deadline)
-            assert self.certificates is not None
             self.node_ids = security.register_supernodes(
                 self.certificates, self.env, self.connection, deadline
             )
+            self._wait(self.proxy.ready, deadline)
         logs = []
         for i, port in enumerate(node_ports):
             node_config: dict[str, object] = {
@@ -228,7 +257,7 @@ class DeploymentRuntime:
                     "flower-supernode",
                     *self.supernode_security_args(i),
                     "--superlink",
-                    self.address,
+                    self.fleet_address,
                     "--port",
                     str(port),
                     "--node-config",
@@ -251,17 +280,8 @@ class DeploymentRuntime:
     def supernode_security_args(self, index: int | None = None) -> list[str]:
         """The ``flower-supernode`` arguments that connect it to this SuperLink.
 
-        Parameters
-        ----------
-        index : int | None
-            SuperNode whose key pair to use (``secure`` only); ``None`` for
-            just ``--root-certificates`` (add your own key).
-
-        Returns
-        -------
-        list[str]
-            ``["--insecure"]``, or ``--root-certificates CA`` plus
-            ``--auth-supernode-private-key KEY`` when ``secure``.
+        ``["--insecure"]``, or ``--root-certificates CA`` plus SuperNode
+        ``index``'s private key (``secure``; ``None``: the CA only).
         """
         return security.supernode_security_args(self.certificates, index)
 
@@ -270,38 +290,15 @@ class DeploymentRuntime:
     ) -> subprocess.CompletedProcess[str]:
         """Run ``flwr *args`` with this deployment's ``FLWR_HOME`` and marker.
 
-        Parameters
-        ----------
-        *args : str
-            CLI arguments, e.g. ``"supernode", "list", runtime.connection``.
-        timeout : float
-            Seconds before :class:`subprocess.TimeoutExpired`.
-
-        Returns
-        -------
-        subprocess.CompletedProcess[str]
-            Exit code and captured text output.
+        E.g. ``"supernode", "list", runtime.connection``; exit code and output.
         """
         return security.run_flwr_cli(self.env, *args, timeout=timeout)
 
     def list_supernodes(self, timeout: float = 60.0) -> list[dict[str, Any]]:
         """The SuperLink's nodes from ``flwr supernode list <connection>``.
 
-        Parameters
-        ----------
-        timeout : float
-            Seconds before :class:`subprocess.TimeoutExpired`.
-
-        Returns
-        -------
-        list[dict[str, Any]]
-            One dict per node (``node-id``, ``status``, ...), as Flower's
-            JSON output has them.
-
-        Raises
-        ------
-        FlowerLaunchError
-            If the CLI does not report success.
+        Flower's JSON dicts (``node-id``, ``status``, ...); raises
+        :class:`FlowerLaunchError` unless the CLI reports success.
         """
         return security.list_supernodes(self.env, self.connection, timeout)
 
@@ -377,7 +374,11 @@ class DeploymentRuntime:
             Sorted PIDs that were signalled (empty if nothing was running).
         """
         ended = [] if self.workers is None else self.workers.stop(self.grace_s)
-        ended += terminate_launched(self.launch_id, self._procs, self.grace_s)
+        procs = list(self._procs)
+        if self.proxy is not None and self.proxy.process is not None:
+            procs.append(self.proxy.process)  # nginx's workers: by parentage
+            self.proxy.process = None
+        ended += terminate_launched(self.launch_id, procs, self.grace_s)
         self._procs.clear()
         return sorted(set(ended))
 

@@ -9,6 +9,10 @@ starts with ``--root-certificates`` and ``--auth-supernode-private-key``; and
 the ``flwr`` CLI's connection has ``root-certificates`` instead of
 ``insecure = true``. The certificates and keys come from
 :mod:`~tpsl_flwr.engines.certificates` (a local CA, for loopback only).
+The SuperLink itself listens on 127.0.0.1 only: the connection written here
+(and so registration and every ``flwr`` call) uses that loopback Control
+API, and the SuperNodes reach the Fleet API through
+:mod:`~tpsl_flwr.engines.fleet_proxy`.
 
 The readiness probes (:func:`superlink_healthy`, :func:`log_contains`) live
 here too. The functions take the few values they need (address,

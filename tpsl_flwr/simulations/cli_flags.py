@@ -101,7 +101,9 @@ def flag_name(field: str) -> str:
 
 SECURE_HELP = (
     "with --engine deployment: TLS and authenticated SuperNodes (a local CA, "
-    "loopback only); ignored by the other engines"
+    "loopback only), SuperNodes through an nginx proxy that forwards only the "
+    "Fleet API (needs nginx: apt-get install nginx); ignored by the other "
+    "engines"
 )
 
 
