@@ -1,5 +1,9 @@
 """The party worker: its socket's access rules, its answers, the light ClientApp.
 
+Malformed frames (issue 20): each kind is answered and logged once and the
+worker serves the next request; a length claim allocates nothing; the client
+checks the listener's uid before sending.
+
 The worker (``tpsl-flwr party``) serves a node's messages over a Unix socket
 in a 0700 folder; the per-message ClientApp forwards to it and imports no
 torch. A real deployment with workers, checked against the in-process engine,
@@ -8,12 +12,17 @@ is ``tests/test_engines.py::test_deployment_runtime_runs_tpsl_app`` (``slow``).
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +35,12 @@ from tpsl_flwr.simulations.client_app import app as forwarding_app
 from tpsl_flwr.simulations.node_app import app as node_app
 from tpsl_flwr.simulations.party_worker import PartyWorker
 from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire import worker_link
 from tpsl_flwr.wire.arrays import from_array, to_array
 from tpsl_flwr.wire.worker_link import (
+    MAX_FRAME_BYTES,
     WORKER_SOCKET,
+    FrameError,
     WorkerError,
     WorkerServer,
     ask_worker,
@@ -188,3 +200,135 @@ def test_a_worker_refuses_a_node_of_another_partition():
     # Act / Assert
     with pytest.raises(Exception, match="serves partition 0 of 2"):
         worker.handle(_message(RecordDict(), "train"), context)
+
+
+# ------------------------------------------------------- malformed frames, uids
+def _raw_request(path: Path, data: bytes) -> bytes:
+    """Send ``data`` as is, half-close, and read whatever the worker answers."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(10)
+        conn.connect(str(path))
+        conn.sendall(data)
+        conn.shutdown(socket.SHUT_WR)
+        chunks = []
+        try:
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+        except ConnectionResetError:
+            pass
+    return b"".join(chunks)
+
+
+_GIB16 = 16 << 30
+_LENGTH = struct.Struct(">Q")
+MALFORMED = {
+    "short header": (b"\x00\x00\x01", "truncated frame header"),
+    "text as header": (b"GET / HTTP/1.1\r\n\r\n", "bytes refused"),
+    "truncated body": (_LENGTH.pack(100) + b"x" * 10, "after 10 of 100 bytes"),
+    "message longer than frame": (
+        _LENGTH.pack(12) + _LENGTH.pack(999) + b"abcd",
+        "message has 999 bytes",
+    ),
+    "undecodable payload": (
+        _LENGTH.pack(11) + _LENGTH.pack(3) + b"\xff\xff\xff",
+        "undecodable request",
+    ),
+    "16 GiB claim": (_LENGTH.pack(_GIB16), f"frame of {_GIB16} bytes refused"),
+}
+
+
+@pytest.mark.parametrize("kind", list(MALFORMED))
+def test_a_malformed_frame_is_answered_logged_and_the_next_one_served(
+    private_dir, caplog, kind
+):
+    # Arrange: a worker serving two connections
+    data, reason = MALFORMED[kind]
+    server = WorkerServer(socket_path(private_dir, 0), _echo)
+    thread = _serve(server, 2)
+    msg = _message(RecordDict({"c": ConfigRecord({"x": 1})}), "query")
+    context = Context(3, 11, {}, RecordDict(), {})
+
+    # Act: the malformed request, then a valid one
+    with caplog.at_level(logging.WARNING, logger=worker_link.__name__):
+        answer = _raw_request(server.path, data)
+        reply = ask_worker(server.path, msg, context)
+    thread.join(timeout=10)
+    server.close()
+
+    # Assert: an error answer naming the fault, one log line, the next served
+    assert answer[_LENGTH.size : _LENGTH.size + 2] == b"er"
+    assert reason in answer.decode("utf-8", errors="replace")
+    lines = [r.getMessage() for r in caplog.records if r.name == worker_link.__name__]
+    assert len(lines) == 1 and reason in lines[0], lines
+    assert server.dropped == 1 and not thread.is_alive()
+    assert reply["c"]["x"] == 1
+
+
+@pytest.mark.parametrize(
+    ("claim", "reason"),
+    [(_GIB16, "bytes refused"), (512 << 20, "after 64 of 536870912 bytes")],
+)
+def test_a_large_length_claim_allocates_nothing(private_dir, claim, reason):
+    # Arrange: the claim is queued on the socket before the worker accepts
+    server = WorkerServer(socket_path(private_dir, 0), _echo)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(str(server.path))
+    client.sendall(_LENGTH.pack(claim) + b"x" * 64)
+    client.shutdown(socket.SHUT_WR)
+
+    # Act: serve it under tracemalloc
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        served = server.serve_one()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    elapsed = time.perf_counter() - started
+    answer = client.recv(65536)
+    client.close()
+    server.close()
+
+    # Assert: refused (or found truncated) at once; memory follows the data
+    assert not served and server.dropped == 1
+    assert reason in answer.decode()
+    assert peak < 4 << 20, peak
+    assert elapsed < 5.0
+    assert MAX_FRAME_BYTES < _GIB16
+
+
+def test_the_client_refuses_a_server_of_another_uid(private_dir, monkeypatch):
+    # Arrange: a plain listener; SO_PEERCRED made to report another uid
+    path = socket_path(private_dir, 0)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+    other = os.getuid() + 1
+    monkeypatch.setattr(worker_link, "peer_uid", lambda conn: other)
+    msg = _message(RecordDict({"c": ConfigRecord({"x": 1})}), "query")
+    context = Context(3, 11, {}, RecordDict(), {})
+
+    # Act
+    with pytest.raises(WorkerError) as raised:
+        ask_worker(path, msg, context)
+    conn, _ = listener.accept()
+    conn.settimeout(5)
+    received = conn.recv(65536)
+    conn.close()
+    listener.close()
+
+    # Assert: both uids named, and not one byte was sent
+    assert f"uid {other}" in str(raised.value)
+    assert f"uid {os.getuid()}" in str(raised.value)
+    assert received == b""
+
+
+def test_the_client_refuses_a_request_above_the_frame_limit(private_dir, monkeypatch):
+    # Arrange: a limit smaller than the request; no worker needed
+    monkeypatch.setattr(worker_link, "MAX_FRAME_BYTES", 64)
+    msg = _message(RecordDict({"c": ConfigRecord({"x": "y" * 100})}), "query")
+    context = Context(3, 11, {}, RecordDict(), {})
+
+    # Act / Assert
+    with pytest.raises(FrameError, match="limit of 64 bytes"):
+        ask_worker(socket_path(private_dir, 0), msg, context)

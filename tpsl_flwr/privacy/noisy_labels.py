@@ -27,8 +27,9 @@ post-processing, so still ``(epsilon, 0)``-DP; reached with probability below
 ``exp(-2^11)``). Epsilons needing ``t > 2^40`` are refused by
 :class:`~tpsl_flwr.privacy.mechanisms.LaplacePerturb`. What remains approximate: the
 realized scale is ``t L >= b`` (slightly more noise than nominal); randomized
-response compares raw 64-bit words with integer thresholds rounded in the
-safe direction (see :func:`rr_flip_threshold`); the Gaussian baseline claims
+response compares raw 64-bit words with exact integer thresholds whose
+realized epsilon is never above the nominal one (see :func:`rr_thresholds`);
+the Gaussian baseline claims
 no pure DP and uses plain inverse-CDF sampling. The randomness is AES as a PRF
 (computational, as before).
 """

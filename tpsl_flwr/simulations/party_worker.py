@@ -8,7 +8,9 @@ builds the party of the run config it was given (its features, bottom model
 and optimizer; torch's optimizer code warmed on a throwaway model), then
 serves the node's messages over a Unix socket (``DIR/party-I.sock``, 0600, in
 ``DIR``, which must be 0700; peers of another uid are refused:
-:mod:`tpsl_flwr.wire.worker_link`).
+:mod:`tpsl_flwr.wire.worker_link`). A refused peer or a malformed request (bad
+header, truncated, above ``MAX_FRAME_BYTES``, undecodable) is logged in one
+line and the worker serves the next connection.
 
 Each message runs through the same ClientApp a node runs without a worker
 (:func:`tpsl_flwr.simulations.node_app.make_node_app`: the wire's
@@ -233,12 +235,7 @@ def cmd_party(args: argparse.Namespace) -> int:
     )
     try:
         while True:
-            if not server.serve_one():
-                _LOG.warning(
-                    "a connection went unanswered (%d refused: uid not %d)",
-                    server.refused,
-                    server.allowed_uid,
-                )
+            server.serve_one()  # a refused or malformed request: one log line
     except (SystemExit, KeyboardInterrupt):
         return 0
     finally:

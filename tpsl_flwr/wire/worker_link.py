@@ -14,17 +14,25 @@ Wire format, one request per connection: a request is two frames, Flower's
 own protobuf encodings of the ``Message`` and of the ``Context`` (its state
 left empty: the worker keeps the node's state); the answer is one frame,
 ``b"ok"`` + the reply's ``RecordDict`` protobuf, or ``b"er"`` + a UTF-8
-reason. A frame is an 8-byte big-endian length and the bytes.
+reason. A frame is an 8-byte big-endian length and the bytes; either side
+refuses a length above :data:`MAX_FRAME_BYTES` before reading (or allocating)
+any of it, and reads the bytes in chunks, so memory follows what actually
+arrives. A malformed request (bad header, truncated, oversized, undecodable)
+costs the worker one log line and, where the peer still listens, an error
+answer; the worker then serves the next connection.
 
 Access control: the socket sits in a folder that must be ``0700`` (owned by
 the worker's user, no group or world bits; the worker refuses to start
 otherwise), the socket file itself is ``0600``, and every connection's peer
 uid (``SO_PEERCRED``) must be the worker's own uid, else it is closed
-unanswered.
+unanswered. The forwarding side checks the same in the other direction: the
+process listening on the socket must run as its own uid, else it sends
+nothing and raises :class:`WorkerError` naming both uids.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import stat
@@ -43,7 +51,9 @@ from flwr.proto.recorddict_pb2 import (  # pylint: disable=E0611
 from tpsl_flwr.errors import ProtocolError
 
 __all__ = [
+    "MAX_FRAME_BYTES",
     "WORKER_SOCKET",
+    "FrameError",
     "WorkerError",
     "WorkerServer",
     "ask_worker",
@@ -55,13 +65,34 @@ __all__ = [
 WORKER_SOCKET = "worker-socket"
 """Node-config key naming the party worker's socket; absent: no worker."""
 
+MAX_FRAME_BYTES = 1 << 30
+"""Largest frame either side sends or reads: 1 GiB.
+
+The largest legitimate frame is the answer to the test query, which carries
+every test row's embedding (``rows x embedding-dim x 4`` bytes of float32,
+plus under 1% of protobuf framing; measured: 66,333 bytes for 256 rows at
+dimension 64). A training message is far smaller (``steps-per-message``
+batches: ``batch x (8 + 4 embedding-dim)`` bytes each, 1.3 kB at batch 32,
+dimension 8). The test split of the largest built-in data (synthetic CTR, 3M
+rows, 20% test) is 19 MB at the default dimension 8; all 45.8M Criteo rows
+would give 293 MB. 1 GiB leaves more than 3x over that and refuses garbage
+lengths (text read as a length is above 2^56) outright.
+"""
 _LEN = struct.Struct(">Q")
 _OK, _ERR = b"ok", b"er"
-_MAX_FRAME = 1 << 34
+_CHUNK = 1 << 20
+"""Bytes read per ``recv``: a claimed length allocates nothing until it arrives."""
+_IO_TIMEOUT = 60.0
+"""Seconds the worker waits on one socket operation of a connection."""
+_LOG = logging.getLogger(__name__)
 
 
 class WorkerError(ProtocolError):
     """The party worker refused, failed or could not be reached."""
+
+
+class FrameError(WorkerError):
+    """A frame is malformed: a bad header, truncated, oversized or undecodable."""
 
 
 def socket_path(socket_dir: str | Path, partition: int) -> Path:
@@ -101,27 +132,102 @@ def peer_uid(conn: socket.socket) -> int:
     return int(uid)
 
 
-def _send(conn: socket.socket, *parts: bytes) -> None:
+def _frame(*parts: bytes) -> bytes:
+    """One frame of ``parts``; ``FrameError`` if above :data:`MAX_FRAME_BYTES`."""
     size = sum(len(part) for part in parts)
-    conn.sendall(_LEN.pack(size) + b"".join(parts))
+    if size > MAX_FRAME_BYTES:
+        raise FrameError(
+            f"frame of {size} bytes exceeds the worker link's limit of "
+            f"{MAX_FRAME_BYTES} bytes (MAX_FRAME_BYTES)"
+        )
+    return _LEN.pack(size) + b"".join(parts)
 
 
-def _recv_exact(conn: socket.socket, size: int) -> bytes:
-    buffer = bytearray(size)
-    view, got = memoryview(buffer), 0
+def _recv_exact(conn: socket.socket, size: int, what: str) -> bytes:
+    """Read ``size`` bytes into buffers that grow only as bytes arrive.
+
+    Each new buffer holds ``max(_CHUNK, bytes so far)``, so a length claim
+    costs at most ``_CHUNK`` before its data arrives, memory stays within
+    ``2 x received + _CHUNK``, and there are ``O(log size)`` buffers.
+    """
+    chunks: list[bytearray] = []
+    got = 0
     while got < size:
-        n = conn.recv_into(view[got:], size - got)
-        if n == 0:
-            raise WorkerError("the party worker closed the connection")
-        got += n
-    return bytes(buffer)
+        chunk = bytearray(min(size - got, max(_CHUNK, got)))
+        view, filled = memoryview(chunk), 0
+        while filled < len(chunk):
+            n = conn.recv_into(view[filled:])
+            if n == 0:
+                raise FrameError(
+                    f"truncated {what}: the peer closed after {got + filled} of "
+                    f"{size} bytes"
+                )
+            filled += n
+        chunks.append(chunk)
+        got += filled
+    return b"".join(chunks)
 
 
 def _recv(conn: socket.socket) -> bytes:
-    (size,) = _LEN.unpack(_recv_exact(conn, _LEN.size))
-    if size > _MAX_FRAME:
-        raise WorkerError(f"frame of {size} bytes refused")
-    return _recv_exact(conn, size)
+    """Read one frame, refusing an oversized length before reading any of it."""
+    (size,) = _LEN.unpack(_recv_exact(conn, _LEN.size, "frame header"))
+    if size > MAX_FRAME_BYTES:
+        raise FrameError(
+            f"frame of {size} bytes refused: the limit is {MAX_FRAME_BYTES} "
+            "bytes (MAX_FRAME_BYTES)"
+        )
+    return _recv_exact(conn, size, "frame")
+
+
+def _check_server_uid(conn: socket.socket, path: str | Path) -> None:
+    """Raise ``WorkerError`` unless the socket's listener runs as this uid."""
+    theirs, mine = peer_uid(conn), os.getuid()
+    if theirs != mine:
+        raise WorkerError(
+            f"the process listening at {path} runs as uid {theirs}, not as this "
+            f"user (uid {mine}); nothing was sent to it"
+        )
+
+
+def _decode_reply(answer: bytes, path: str | Path) -> RecordDict:
+    """The reply content of an ``ok`` answer; ``WorkerError`` otherwise."""
+    if answer[:2] != _OK:
+        reason = answer[2:].decode("utf-8", errors="replace")
+        raise WorkerError(f"party worker at {path}: {reason}")
+    proto = ProtoRecordDict()
+    try:
+        proto.ParseFromString(answer[2:])
+        return serde.recorddict_from_proto(proto)
+    except Exception as err:  # pylint: disable=broad-exception-caught
+        raise FrameError(
+            f"party worker at {path} sent an undecodable reply "
+            f"({type(err).__name__}: {err})"
+        ) from err
+
+
+def _decode_request(raw: bytes) -> tuple[Message, Context]:
+    """Split and decode a request frame; ``FrameError`` names what is wrong."""
+    if len(raw) < _LEN.size:
+        raise FrameError(
+            f"request of {len(raw)} bytes is shorter than its {_LEN.size}-byte "
+            "message length"
+        )
+    (msg_size,) = _LEN.unpack_from(raw)
+    end = _LEN.size + msg_size
+    if end > len(raw):
+        raise FrameError(
+            f"request says its message has {msg_size} bytes; the frame holds "
+            f"{len(raw) - _LEN.size}"
+        )
+    view = memoryview(raw)
+    msg_proto, ctx_proto = ProtoMessage(), ProtoContext()
+    try:
+        msg_proto.ParseFromString(view[_LEN.size : end])
+        ctx_proto.ParseFromString(view[end:])
+        message = serde.message_from_proto(msg_proto)
+        return message, serde.context_from_proto(ctx_proto)
+    except Exception as err:  # pylint: disable=broad-exception-caught
+        raise FrameError(f"undecodable request ({type(err).__name__}: {err})") from err
 
 
 def ask_worker(path: str | Path, message: Message, context: Context) -> RecordDict:
@@ -144,8 +250,11 @@ def ask_worker(path: str | Path, message: Message, context: Context) -> RecordDi
     Raises
     ------
     WorkerError
-        If the worker cannot be reached, refuses, or its ClientApp raised
-        (the worker's reason is in the message).
+        If the worker cannot be reached, listens under another uid (checked
+        with ``SO_PEERCRED`` before anything is sent), refuses, answers a
+        malformed frame, or its ClientApp raised (the worker's reason is in
+        the message). :class:`FrameError` if the request itself exceeds
+        :data:`MAX_FRAME_BYTES`.
     """
     shared = Context(
         run_id=context.run_id,
@@ -156,6 +265,7 @@ def ask_worker(path: str | Path, message: Message, context: Context) -> RecordDi
     )
     request_msg = serde.message_to_proto(message).SerializeToString()
     request_ctx = serde.context_to_proto(shared).SerializeToString()
+    request = _frame(_LEN.pack(len(request_msg)), request_msg, request_ctx)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         try:
             conn.connect(str(path))
@@ -165,19 +275,15 @@ def ask_worker(path: str | Path, message: Message, context: Context) -> RecordDi
                 "this machine with `tpsl-flwr party` (see README, Deploying "
                 "across organisations)"
             ) from err
+        _check_server_uid(conn, path)
         try:
-            _send(conn, _LEN.pack(len(request_msg)), request_msg, request_ctx)
+            conn.sendall(request)
             answer = _recv(conn)
-        except OSError as err:  # e.g. reset: the worker refused this peer
+        except (OSError, FrameError) as err:  # e.g. the worker refused this peer
             raise WorkerError(
-                f"the party worker closed the connection ({err})"
+                f"the party worker at {path} closed the connection ({err})"
             ) from err
-    if answer[:2] == _OK:
-        proto = ProtoRecordDict()
-        proto.ParseFromString(answer[2:])
-        return serde.recorddict_from_proto(proto)
-    reason = answer[2:].decode("utf-8", errors="replace")
-    raise WorkerError(f"party worker at {path}: {reason}")
+    return _decode_reply(answer, path)
 
 
 Handler = Callable[[Message, Context], Message]
@@ -195,6 +301,13 @@ class WorkerServer:
         with the exception's type and text.
     allowed_uid
         The only peer uid served (default: this process's uid).
+
+    Attributes
+    ----------
+    refused
+        Connections closed unanswered because of the peer's uid.
+    dropped
+        Connections whose request was malformed or whose socket failed.
     """
 
     def __init__(
@@ -204,6 +317,7 @@ class WorkerServer:
         self.handle = handle
         self.allowed_uid = os.getuid() if allowed_uid is None else allowed_uid
         self.refused = 0
+        self.dropped = 0
         check_private_folder(self.path.parent)
         if self.path.is_socket():
             self.path.unlink()  # a stale socket of an earlier worker
@@ -217,37 +331,58 @@ class WorkerServer:
         self._sock.listen(8)
 
     def serve_one(self) -> bool:
-        """Accept one connection and answer it; ``False`` if refused."""
+        """Accept one connection and answer it; ``False`` if refused or dropped.
+
+        Nothing a peer sends ends the worker: a malformed request or a
+        socket error is logged in one line, answered with the reason when the
+        peer still listens, and counted in :attr:`dropped`.
+        """
         conn, _ = self._sock.accept()
         with conn:
-            uid = peer_uid(conn)
-            if uid != self.allowed_uid:
-                self.refused += 1
-                return False
+            conn.settimeout(_IO_TIMEOUT)
             try:
-                raw = _recv(conn)
-            except WorkerError:
+                return self._serve(conn)
+            except (FrameError, OSError) as err:
+                self.dropped += 1
+                _LOG.warning("worker socket %s: request dropped: %s", self.path, err)
+                _answer_quietly(conn, _ERR + f"bad request: {err}".encode())
                 return False
-            (msg_size,) = _LEN.unpack(raw[: _LEN.size])
-            msg_proto, ctx_proto = ProtoMessage(), ProtoContext()
-            msg_proto.ParseFromString(raw[_LEN.size : _LEN.size + msg_size])
-            ctx_proto.ParseFromString(raw[_LEN.size + msg_size :])
-            try:
-                message = serde.message_from_proto(msg_proto)
-                reply = self.handle(message, serde.context_from_proto(ctx_proto))
-                if reply.has_error():
-                    raise WorkerError(reply.error.reason)
-                body = serde.recorddict_to_proto(reply.content).SerializeToString()
-                answer = _OK + body
-            except Exception as ex:  # pylint: disable=broad-exception-caught
-                answer = _ERR + f"{type(ex).__name__}: {ex}".encode()
-            try:
-                _send(conn, answer)
-            except OSError:
-                return False
+
+    def _serve(self, conn: socket.socket) -> bool:
+        uid = peer_uid(conn)
+        if uid != self.allowed_uid:
+            self.refused += 1
+            _LOG.warning(
+                "worker socket %s: refused a peer of uid %d (serving uid %d)",
+                self.path,
+                uid,
+                self.allowed_uid,
+            )
+            return False
+        message, context = _decode_request(_recv(conn))
+        conn.sendall(self._answer(message, context))
         return True
+
+    def _answer(self, message: Message, context: Context) -> bytes:
+        """The answer frame: the reply content, or the handler's error."""
+        try:
+            reply = self.handle(message, context)
+            if reply.has_error():
+                raise WorkerError(reply.error.reason)
+            body = serde.recorddict_to_proto(reply.content).SerializeToString()
+            return _frame(_OK, body)
+        except Exception as ex:  # pylint: disable=broad-exception-caught
+            return _frame(_ERR, f"{type(ex).__name__}: {ex}".encode())
 
     def close(self) -> None:
         """Close the socket and remove its file."""
         self._sock.close()
         self.path.unlink(missing_ok=True)
+
+
+def _answer_quietly(conn: socket.socket, answer: bytes) -> None:
+    """Send an error answer if the peer still listens; ignore it if not."""
+    try:
+        conn.sendall(_frame(answer))
+    except OSError:
+        pass
