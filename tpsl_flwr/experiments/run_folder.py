@@ -16,7 +16,11 @@ finished:
   ``*.previous.*``, so a failed resume never shows them as its own;
 * ``results.json`` and ``report.md`` are written atomically
   (:func:`write_atomic`); a failed run leaves :data:`FAILED_FILE` holding its
-  one-line error (:func:`failed_on_error`).
+  one-line error (:func:`failed_on_error`);
+* the folder is the label party's: made ``0700``
+  (:func:`~tpsl_flwr.experiments.audience.private_folder`), its results and
+  ``FAILED`` written ``0600``; only ``summary-public.json`` is ``0644``
+  (:mod:`~tpsl_flwr.experiments.audience`).
 
 Sweeps give each run its own ``runs/<name>/`` and keep their own resume rules.
 """
@@ -27,11 +31,14 @@ import json
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.experiments.audience import PUBLIC_SUMMARY, private_folder
+from tpsl_flwr.private_files import FILE_MODE
 
 __all__ = [
     "FAILED_FILE",
@@ -45,7 +52,7 @@ __all__ = [
     "write_atomic",
 ]
 
-RESULTS = ("results.json", "report.md", "report.png")
+RESULTS = ("results.json", "report.md", "report.png", PUBLIC_SUMMARY)
 """What a finished run leaves; :func:`retire_results` moves or removes them."""
 FAILED_FILE = "FAILED"
 """The marker a failed run leaves in its out-dir: the error, one line."""
@@ -74,7 +81,7 @@ def prepare_run_folder(
     extra: Iterable[str | Path] = (),
     hint: str = "pass --overwrite to replace it or --resume to continue it",
 ) -> Path:
-    """Make ``out_dir`` ready for one run; return it (absolute, created).
+    """Make ``out_dir`` ready for one run; return it (absolute, created ``0700``).
 
     Parameters
     ----------
@@ -99,6 +106,9 @@ def prepare_run_folder(
         If ``out_dir`` holds an earlier run and neither ``resume`` nor
         ``overwrite`` is set (the message names the folder and what is in it),
         or if both are set.
+    PrivacyError
+        If another user owns ``out_dir`` (its results hold clean-label
+        statistics, :func:`~tpsl_flwr.experiments.audience.private_folder`).
     """
     out = Path(out_dir).resolve()
     if resume and overwrite:
@@ -108,7 +118,7 @@ def prepare_run_folder(
         )
     label = out / "label-party" if label_dir is None else Path(label_dir).resolve()
     if resume:
-        out.mkdir(parents=True, exist_ok=True)
+        private_folder(out)
         retire_results(out, keep_previous=True)
         return out
     found = _earlier_run(out, label)
@@ -122,8 +132,7 @@ def prepare_run_folder(
         names = {*RUN_ENTRIES, *(_inside(out, p) for p in (label, *map(Path, extra)))}
         for name in sorted(n for n in names if n):
             _remove(out / name)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    return private_folder(out)
 
 
 def _earlier_run(out: Path, label: Path) -> list[str]:
@@ -186,15 +195,34 @@ def retire_results(out_dir: str | Path, *, keep_previous: bool) -> None:
             path.unlink()
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
+def write_atomic(path: str | Path, text: str, *, mode: int | None = None) -> Path:
     """Write ``text`` to ``path`` through a temporary file renamed over it.
 
     A reader sees the old file or the whole new one, never a part.
+
+    Parameters
+    ----------
+    path
+        The file.
+    text
+        Its new content (UTF-8).
+    mode
+        The file's mode (``0o600``: the label party's alone). ``None``
+        (default): the mode of the file it replaces, so rewriting a private
+        ``results.json`` keeps it private; a new file gets the umask's.
     """
     target = Path(path)
+    if mode is None and target.exists():
+        mode = stat.S_IMODE(target.stat().st_mode)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    created = FILE_MODE if mode is not None else 0o666  # 0o666: less the umask
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, created)
     try:
-        tmp.write_text(text, encoding="utf-8")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
+            handle.write(text)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
@@ -243,10 +271,14 @@ def one_line_error(error: BaseException | str) -> str:
 
 
 def mark_failed(out_dir: str | Path, error: BaseException | str) -> Path:
-    """Write :data:`FAILED_FILE` with the error's one line; return its path."""
+    """Write :data:`FAILED_FILE` with the error's one line; return its path.
+
+    Mode ``0600``: an error may quote the data (a bad label value, a count).
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    return write_atomic(out / FAILED_FILE, one_line_error(error) + "\n")
+    line = one_line_error(error) + "\n"
+    return write_atomic(out / FAILED_FILE, line, mode=FILE_MODE)
 
 
 def read_failure(out_dir: str | Path) -> str | None:

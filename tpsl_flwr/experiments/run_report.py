@@ -5,15 +5,21 @@ and each attack's AUC per epoch with its standard error, the epsilon-DP
 ceiling on any attack (drawn as a line in the plot) and, per epoch, the
 verdict of :func:`~tpsl_flwr.attacks.ceiling.ceiling_verdict` for every AUC
 above it (Yang et al., Tables 1-3 and Figure 5, for one run).
+
+Both are the label party's alone (mode ``0600``): test metrics and attack AUCs
+are computed on the clean labels, which epsilon does not cover. What may be
+shared is ``summary-public.json`` (:mod:`~tpsl_flwr.experiments.audience`).
 """
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tpsl_flwr.attacks.ceiling import BELOW, SIGMAS_OF_TOLERANCE
+from tpsl_flwr.private_files import write_private
 
 REPORT_MD = "report.md"
 REPORT_PNG = "report.png"
@@ -80,7 +86,9 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"- engine: {results['engine']}; parties: {results['num_parties']}; "
         f"placement: {results['placement']}; epochs: {results['epochs']}",
-        f"- epsilon spent per label: {results['epsilon_spent']}; noise key: "
+        f"- epsilon spent per label: {results['epsilon_spent']} (total over "
+        f"every release of these labels: {results.get('epsilon_total', '?')}); "
+        "noise key: "
         f"{'secure' if results['noise_key']['secure'] else 'seeded (NOT secure)'}",
         f"- final {utility}: {format_cell(results.get(utility))}; "
         f"samples/s: {results['samples_per_second']:.0f}",
@@ -122,8 +130,11 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(results: dict[str, Any], path: Path) -> None:
-    """Plot utility and attack AUCs per epoch, with the ceiling, to ``path``."""
+def plot(results: dict[str, Any], path: str | Path | IO[bytes]) -> None:
+    """Plot utility and attack AUCs per epoch, with the ceiling, to ``path``.
+
+    ``path`` is a file name or a binary file object; the image is a PNG.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -174,18 +185,30 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax.set_ylim(0.0, 1.02)
     ax.set_title(
         f"{results['dataset']}: {results['mechanism']}, "
-        f"epsilon spent {results['epsilon_spent']}"
+        f"epsilon spent {results['epsilon_spent']} "
+        f"(total {results.get('epsilon_total', '?')})"
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, format="png")
     plt.close(fig)
 
 
+def png_bytes(results: dict[str, Any]) -> bytes:
+    """:func:`plot` of ``results`` as PNG bytes (to be written privately)."""
+    buffer = io.BytesIO()
+    plot(results, buffer)
+    return buffer.getvalue()
+
+
 def write_report(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
-    """Write ``report.md`` and ``report.png`` into ``out_dir``."""
-    md_path, png_path = out_dir / REPORT_MD, out_dir / REPORT_PNG
-    md_path.write_text(markdown(results))
-    plot(results, png_path)
-    return md_path, png_path
+    """Write ``report.md`` and ``report.png`` into ``out_dir``, mode ``0600``.
+
+    Raises
+    ------
+    PrivacyError
+        If ``out_dir`` is not private (mode ``0700``, this user's).
+    """
+    md_path = write_private(out_dir / REPORT_MD, markdown(results).encode())
+    return md_path, write_private(out_dir / REPORT_PNG, png_bytes(results))

@@ -17,11 +17,19 @@
 
 Tables and panels go per dataset, or per dataset and size when a dataset was
 run at several sizes; cells are described in
-:mod:`tpsl_flwr.experiments.sweep_stats`.
+:mod:`tpsl_flwr.experiments.sweep_stats`. Every protected table has a ``key``
+column: where its runs' noise keys came from, a seeded key marked
+``rehearsal`` (anyone who knows the seed can subtract the noise).
+
+Everything here is computed on the clean labels (test metrics, attack AUCs
+against the true labels): the files are the label party's alone, mode
+``0600`` in the sweep's folder made ``0700``
+(:mod:`~tpsl_flwr.experiments.audience`).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Sequence
@@ -32,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from tpsl_flwr.attacks.ceiling import SIGMAS_OF_TOLERANCE
+from tpsl_flwr.experiments.audience import keep_private, private_folder
 from tpsl_flwr.experiments.experiment import RESULTS_FILE
 from tpsl_flwr.experiments.sweep_pairs import pairs_markdown
 from tpsl_flwr.experiments.sweep_scale import plot_utility_vs_rows, scale_markdown
@@ -45,6 +54,8 @@ from tpsl_flwr.experiments.sweep_stats import (
     cell,
     denoise_parts,
     denoise_values,
+    key_cell,
+    key_line,
     levels,
     markdown_table,
     mean_std,
@@ -55,6 +66,7 @@ from tpsl_flwr.experiments.sweep_stats import (
 )
 from tpsl_flwr.privacy.closed_forms import auc_bound
 from tpsl_flwr.privacy.mechanisms import parameter_of
+from tpsl_flwr.private_files import write_private
 
 
 def tables_markdown(rows: Sequence[Row]) -> str:
@@ -76,6 +88,8 @@ def tables_markdown(rows: Sequence[Row]) -> str:
         "pooled over the training samples, on what party 0 received: NA = "
         "norm, SA = spectral, SDA = white-box shortest distance.",
         *(["", DENOISE_NOTE] if column else []),
+        "",
+        key_line(rows),
         "",
         "## Table 1: no protection",
         "",
@@ -103,6 +117,7 @@ def tables_markdown(rows: Sequence[Row]) -> str:
                         [name, f"{level:g}", *_given(denoise), cell(part, utility)]
                         + [cell(part, k) for k in ("norm", "cosine", "spectral", sda)]
                         + [cell(part, "auc_bound"), ceiling_summary(part)]
+                        + [key_cell(part)]
                     )
         if not body:
             continue
@@ -117,6 +132,7 @@ def tables_markdown(rows: Sequence[Row]) -> str:
             "SDA",
             "ceiling",
             "SDA vs ceiling",
+            "key",
         ]
         lines += ["", f"## {title}", "", *markdown_table(header, body)]
     lines += pairs_markdown(rows)
@@ -128,7 +144,8 @@ def tables_markdown(rows: Sequence[Row]) -> str:
         "SDA vs ceiling counts the runs whose SDA AUC is above the ceiling "
         f"within sampling error, or by more than {SIGMAS_OF_TOLERANCE:g} "
         "Hanley-McNeil standard errors (ABOVE THE CEILING: the guarantee is "
-        "violated).",
+        "violated); key = where the runs' noise keys came from (`os`, or `seed "
+        "(rehearsal)`: utility only).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -148,16 +165,16 @@ def _given(denoise: str | None) -> list[str]:
 
 
 def write_tables(rows: Sequence[Row], path: Path) -> Path:
-    """Write :func:`tables_markdown` to ``path``; return it.
+    """Write :func:`tables_markdown` to ``path`` (mode ``0600``); return it.
 
     Rows without their standard errors and SDA verdict
     (:data:`~tpsl_flwr.experiments.sweep_stats.UNCERTAINTY_COLUMNS`) get them
     from their run's ``runs/<run>/results.json`` next to ``path``, where the
-    sweep wrote it.
+    sweep wrote it. The folder is made ``0700``.
     """
     rows = with_uncertainty(rows, path.parent / "runs")
-    path.write_text(tables_markdown(rows), encoding="utf-8")
-    return path
+    private_folder(path.parent)
+    return write_private(path, tables_markdown(rows).encode())
 
 
 def with_uncertainty(rows: Sequence[Row], runs_dir: Path) -> list[Row]:
@@ -287,6 +304,8 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
 
     With runs that differ in ``denoise``, each mechanism (and no protection)
     has one series per denoise value, told apart by line style and marker.
+    The PNGs plot test metrics and attack AUCs: mode ``0600``, in ``out_dir``
+    made ``0700``.
     """
     import matplotlib
 
@@ -328,9 +347,12 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
             ax.legend(fontsize=8, loc="upper left" if ax is ax_eps else "best")
     fig_eps.suptitle("Utility vs epsilon (mean ± std over seeds)")
     fig_sda.suptitle("Utility vs SDA attack (mean ± std over seeds)")
+    private_folder(out_dir)
     for fig, path in zip((fig_eps, fig_sda), paths, strict=True):
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
+        image = io.BytesIO()
+        fig.savefig(image, dpi=120, format="png")
         plt.close(fig)
+        write_private(path, image.getvalue())
     scale = plot_utility_vs_rows(rows, out_dir / "utility_vs_rows.png")
-    return paths if scale is None else [*paths, scale]
+    return paths if scale is None else [*paths, keep_private(scale)]

@@ -143,6 +143,52 @@ def ceiling_summary(rows: Sequence[Row], key: str = "sda_verdict") -> str:
     return "; ".join(parts)
 
 
+def key_cell(rows: Sequence[Row]) -> str:
+    """Where the runs' noise keys came from: ``os``, ``seed (rehearsal)`` or both.
+
+    Examples
+    --------
+    >>> key_cell([{"key_origin": "seed"}] * 2)
+    'seed (rehearsal)'
+    >>> key_cell([{"key_origin": "os"}, {"key_origin": "seed"}])
+    'os (1/2); seed (rehearsal) (1/2)'
+    >>> key_cell([{}])
+    '-'
+    """
+    origins = [str(r["key_origin"]) for r in rows if r.get("key_origin")]
+    if not origins:
+        return "-"
+    names = {o: f"{o} (rehearsal)" if o == "seed" else o for o in origins}
+    if len(names) == 1:
+        return names[origins[0]]
+    return "; ".join(
+        f"{names[o]} ({origins.count(o)}/{len(origins)})" for o in sorted(names)
+    )
+
+
+def key_line(rows: Sequence[Row]) -> str:
+    """The sentence of a sweep's report on its noise keys (seeded: rehearsal).
+
+    Examples
+    --------
+    >>> key_line([{"key_origin": "seed"}, {"key_origin": "os"}])[:41]
+    'Noise keys: 1 of 2 runs used a seeded key'
+    """
+    origins = [r.get("key_origin") for r in rows]
+    seeded = origins.count("seed")
+    unknown = sum(1 for o in origins if not o)
+    counts = f"{seeded} of {len(origins)} runs used a seeded key"
+    if unknown:
+        counts += f" ({unknown} of unknown origin)"
+    return (
+        f"Noise keys: {counts} (`key` column; `key_origin` and `rehearsal` in "
+        "runs.csv). A seeded key is reproducible by anyone who knows the seed, "
+        "who can recompute and subtract the noise: seeded runs are rehearsals "
+        "that show utility, not protection. Only runs whose key came from the "
+        "OS (`os`) show protection."
+    )
+
+
 def by_dataset(rows: Iterable[Row]) -> dict[str, list[Row]]:
     """Rows per dataset, in first-seen order."""
     groups: dict[str, list[Row]] = defaultdict(list)
