@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from tpsl_flwr import ConfigError, NoiseKey, ProtocolError, make_mechanism
-from tpsl_flwr.label_store import LabelStore, NoiseBinding
+from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.models import TopModel
 from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
+from tpsl_flwr.privacy.accounting import privacy_spent
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.testing import run_strategy
 from tpsl_flwr.wire.client_app import make_client_app
@@ -227,7 +228,12 @@ def _stored(tmp_path, resume=False):
     binding = NoiseBinding.of(
         mechanism=mechanism, placement="logits", reuse_noise=True, id_space={"v": 1}
     )
-    release = store.open_release(binding, resume=resume)
+    release = store.open_release(
+        binding,
+        resume=resume,
+        labels=LabelRecords(np.arange(40), np.arange(40) % 2),
+        privacy=privacy_spent(mechanism=mechanism),
+    )
     return strategy_for(key=release.key, store=store, release=release)
 
 

@@ -4,11 +4,13 @@ import json
 import os
 import stat
 
+import numpy as np
 import pytest
 import torch
 
 from tpsl_flwr.errors import PrivacyError
-from tpsl_flwr.label_store import LabelStore, NoiseBinding
+from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
+from tpsl_flwr.privacy.accounting import privacy_spent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import make_mechanism
 from tpsl_flwr.private_files import make_private_dir, read_private, write_private
@@ -24,6 +26,19 @@ def binding(mechanism="laplace", placement="logits", reuse=True, **space):
         placement=placement,
         reuse_noise=reuse,
         id_space={**ID_SPACE, **space},
+    )
+
+
+LABELS = LabelRecords(np.arange(40), np.arange(40) % 2)
+
+
+def release_of(store, noise_binding, *, resume, labels=LABELS, **options):
+    return store.open_release(
+        noise_binding,
+        resume=resume,
+        labels=labels,
+        privacy=privacy_spent(mechanism=make_mechanism("laplace", epsilon=1.0)),
+        **{"public_labels": True, **options},
     )
 
 
@@ -64,7 +79,7 @@ def test_a_folder_others_may_write_is_refused(tmp_path):
 # ------------------------------------------------------------------ the key
 def test_a_fresh_run_draws_an_os_key_and_binds_it(tmp_path):
     store = LabelStore(tmp_path / "lp")
-    release = store.open_release(binding(), resume=False)
+    release = release_of(store, binding(), resume=False)
     assert release.key.secure and release.origin == "os" and release.start_epoch == 0
     record = json.loads(store.key_path.read_text())  # JSON: loading runs no code
     assert record["binding"]["epsilon"] == 1.0
@@ -77,10 +92,14 @@ def test_a_provided_seeded_key_is_taken_by_the_next_fresh_run_only(tmp_path):
     store = LabelStore(tmp_path / "lp")
     seeded = NoiseKey.from_seed(5)
     store.provide_key(seeded, "seed")
-    first = store.open_release(binding(), resume=False)
-    assert first.key == seeded and first.origin == "seed"
+    first = release_of(store, binding(), resume=False)
+    # The run's key is derived from the seed, the binding and the labels.
+    assert first.key != seeded and first.origin == "seed" and not first.key.secure
+    again = LabelStore(tmp_path / "again")
+    again.provide_key(seeded, "seed")
+    assert release_of(again, binding(), resume=False).key == first.key
     # Once bound, a new fresh run does not reuse it: it is a new release.
-    second = store.open_release(binding(), resume=False)
+    second = release_of(store, binding(), resume=False)
     assert second.key != seeded and second.origin == "os"
 
 
@@ -106,58 +125,65 @@ def test_resume_with_anything_that_fixes_the_noise_changed_is_refused(
 ):
     # Prepare: one finished epoch under the original binding.
     store = LabelStore(tmp_path / "lp")
-    release = store.open_release(binding(), resume=False)
+    release = release_of(store, binding(), resume=False)
     store.save_checkpoint(0, [{"epoch": 1}], party_state(release.key))
     # Execute / Assert
     with pytest.raises(PrivacyError, match="changed since the checkpoint") as err:
-        store.open_release(changed, resume=True)
+        release_of(store, changed, resume=True)
     assert named in str(err.value)
     assert release.key.fingerprint in str(err.value)
 
 
 def test_resume_with_the_same_binding_restores_key_epoch_history_and_state(tmp_path):
     store = LabelStore(tmp_path / "lp")
-    release = store.open_release(binding(), resume=False)
+    release = release_of(store, binding(), resume=False)
     store.save_checkpoint(1, [{"epoch": 1}, {"epoch": 2}], party_state(release.key))
     assert mode(store.checkpoint_path) == 0o600
-    again = store.open_release(binding(), resume=True)
+    again = release_of(store, binding(), resume=True)
     assert again.key == release.key
     assert again.start_epoch == 2
     assert again.history == [{"epoch": 1}, {"epoch": 2}]
     assert again.party_state is not None and again.party_state["steps"] == 3
 
 
-def test_resume_without_a_checkpoint_is_refused_not_silently_restarted(tmp_path):
+def test_resume_without_a_key_is_refused_not_silently_restarted(tmp_path):
     store = LabelStore(tmp_path / "lp")
-    with pytest.raises(PrivacyError, match="no label-party checkpoint"):
-        store.open_release(binding(), resume=True)
-    store.open_release(binding(), resume=False)  # a key, but no finished epoch
-    with pytest.raises(PrivacyError, match="no label-party checkpoint"):
-        store.open_release(binding(), resume=True)
+    with pytest.raises(PrivacyError, match="no noise key"):
+        release_of(store, binding(), resume=True)
+
+
+def test_a_crash_before_the_first_checkpoint_resumes_the_same_release(tmp_path):
+    # Gradients may have left in the first epoch: a resume goes on under the
+    # same key from epoch 0 instead of asking for a second release.
+    store = LabelStore(tmp_path / "lp")
+    first = release_of(store, binding(), resume=False, public_labels=False)
+    again = release_of(store, binding(), resume=True, public_labels=False)
+    assert again.key == first.key and again.start_epoch == 0
+    assert again.ledger is not None and again.ledger.total.releases == 1
 
 
 def test_a_key_file_others_can_read_is_refused_on_resume(tmp_path):
     store = LabelStore(tmp_path / "lp")
-    release = store.open_release(binding(), resume=False)
+    release = release_of(store, binding(), resume=False)
     store.save_checkpoint(0, [], party_state(release.key))
     os.chmod(store.key_path, 0o644)
     with pytest.raises(PrivacyError, match="mode 0644"):
-        store.open_release(binding(), resume=True)
+        release_of(store, binding(), resume=True)
 
 
 def test_a_checkpoint_written_under_another_key_is_refused(tmp_path):
     store = LabelStore(tmp_path / "lp")
-    store.open_release(binding(), resume=False)
+    release_of(store, binding(), resume=False)
     store.save_checkpoint(0, [], party_state(NoiseKey.from_seed(9)))
     with pytest.raises(PrivacyError, match="under another key"):
-        store.open_release(binding(), resume=True)
+        release_of(store, binding(), resume=True)
 
 
 def test_a_checkpoint_holding_code_is_not_run_on_load(tmp_path):
     # Prepare: a planted checkpoint whose pickle would run code if unpickled
     # without weights_only.
     store = LabelStore(tmp_path / "lp")
-    release = store.open_release(binding(), resume=False)
+    release = release_of(store, binding(), resume=False)
     store.save_checkpoint(0, [], party_state(release.key))
     planted = tmp_path / "planted"
 
@@ -168,7 +194,7 @@ def test_a_checkpoint_holding_code_is_not_run_on_load(tmp_path):
     write_private(store.checkpoint_path, _pickled({"epoch": 0, "x": Boom()}))
     # Execute / Assert
     with pytest.raises(Exception, match=r"(?i)weights_only|unsupported|global"):
-        store.open_release(binding(), resume=True)
+        release_of(store, binding(), resume=True)
     assert not planted.exists()
 
 

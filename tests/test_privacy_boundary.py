@@ -71,9 +71,9 @@ def test_resume_with_the_same_settings_continues_under_the_same_key(finished_run
     assert second["epsilon_spent"] == 1.0
 
 
-def test_resume_with_no_label_party_checkpoint_is_refused(tmp_path):
+def test_resume_with_no_label_party_key_is_refused(tmp_path):
     cfg = ExperimentConfig(**BASE, epochs=1, out_dir=str(tmp_path), resume=True)
-    with pytest.raises(PrivacyError, match="no label-party checkpoint"):
+    with pytest.raises(PrivacyError, match="no noise key"):
         run_experiment(cfg)
 
 

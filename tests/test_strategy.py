@@ -346,7 +346,8 @@ def test_an_embedded_strategy_checkpoints_and_resumes_through_its_store(
     server_identity, tmp_path
 ):
     # Prepare: an embedder's own binding, store and first run of one epoch.
-    from tpsl_flwr.label_store import LabelStore, NoiseBinding
+    from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
+    from tpsl_flwr.privacy.accounting import privacy_spent
 
     mechanism = make_mechanism("laplace", epsilon=1.0)
     binding = NoiseBinding.of(
@@ -356,9 +357,18 @@ def test_an_embedded_strategy_checkpoints_and_resumes_through_its_store(
         id_space={"ids": "mine-v1"},
     )
     store = LabelStore(tmp_path / "label-party")
+    labels = LabelRecords(np.arange(25), np.arange(25) % 2)  # train and test
+
+    def open_release(resume, epochs=1):
+        return store.open_release(
+            binding,
+            resume=resume,
+            labels=labels,
+            privacy=privacy_spent(mechanism=mechanism, epochs=epochs),
+        )
 
     def embedded(resume, epochs):
-        release = store.open_release(binding, resume=resume)
+        release = open_release(resume, epochs)
         torch.manual_seed(0)
         party = LabelParty(
             TopModel(2 * WIDTH, hidden=(8,), num_outputs=1),
@@ -392,7 +402,7 @@ def test_an_embedded_strategy_checkpoints_and_resumes_through_its_store(
     assert all(m.content[P.CONFIG][P.RESUME_EPOCH] == 1 for m in hello)
     queries = [m for m in grid.sent if m.metadata.message_type == P.MSG_EMBED_TEST]
     assert all(m.content[P.CONFIG][P.CHECKPOINT_EPOCH] == 1 for m in queries)
-    assert store.open_release(binding, resume=True).start_epoch == 2
+    assert open_release(resume=True).start_epoch == 2
 
 
 def test_a_release_under_another_key_is_refused(server_identity, tmp_path):

@@ -6,9 +6,20 @@ same key at different settings are correlated draws of the same words: with
 Laplace noise at ``eps = 1`` and then ``eps = 4``, ``t1 - 2 t2 = -y`` recovers
 every label. So the key is stored together with its *binding*: every setting
 that fixes the noise (mechanism, epsilon or sigma, classes, placement, noise
-reuse) and the id space (which record each sample id names). A run that
-resumes must present the same binding, or it is refused with the changed
-settings named; a run that starts afresh draws a new key.
+reuse), the id space (which record each sample id names) and the labels
+themselves. A run that resumes must present the same binding and the same
+labels, or it is refused with the changed settings named; a run that starts
+afresh derives a new key from the key it is given (a fresh OS key, or one left
+by ``keygen`` or a seed) and its binding, so two runs at different settings
+never share noise words, seeded ones included (:meth:`NoiseKey.derive`).
+
+Every fresh run is a release of its labels, recorded in the label party's
+:class:`~tpsl_flwr.ledger.PrivacyLedger` before the key is returned (so before
+any gradient can leave). A run over labels that already have a release with
+another key is refused unless the label party acknowledges a further release
+(``new_release=True``, or :meth:`LabelStore.acknowledge_new_release`, which the
+CLI's ``--new-release`` calls); rehearsal data whose labels are public
+(``public_labels=True``) is recorded and never refused.
 
 Layout of the folder (``0700``; every file ``0600``, see
 :mod:`tpsl_flwr.private_files`):
@@ -17,6 +28,8 @@ Layout of the folder (``0700``; every file ``0600``, see
   seeded, and its binding once a run has used it. JSON, so loading it runs no
   code. A key written by :meth:`LabelStore.provide_key` (``tpsl-flwr keygen``,
   ``simulate --noise-seed``) is unbound until the next fresh run takes it.
+* ``new-release.json``: a label party's acknowledgement that the next fresh
+  run is a further release (and its optional budget), consumed by that run.
 * ``checkpoint.pt``: the last finished epoch, the party's tensors and the
   history (as JSON text), read with ``torch.load(weights_only=True)``.
 """
@@ -25,6 +38,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,78 +48,26 @@ import numpy as np
 import torch
 
 from tpsl_flwr.errors import ConfigError, PrivacyError
+from tpsl_flwr.label_set import LabelSet, label_digest
+from tpsl_flwr.ledger import PrivacyLedger
+from tpsl_flwr.noise_binding import LabelRecords, NoiseBinding
+from tpsl_flwr.privacy.accounting import PrivacySpent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
-from tpsl_flwr.privacy.mechanisms import Mechanism
 from tpsl_flwr.private_files import make_private_dir, read_private, write_private
+from tpsl_flwr.release_record import (
+    LedgerView,
+    admit_release,
+    continue_release,
+    ledger_entry,
+)
 
-__all__ = ["LabelStore", "NoiseBinding", "Release"]
+__all__ = ["LabelRecords", "LabelStore", "LedgerView", "NoiseBinding", "Release"]
 
 KEY_FILE = "noise-key.json"
 CHECKPOINT_FILE = "checkpoint.pt"
-KEY_FORMAT = "tpsl-flwr noise key 1"
+ACK_FILE = "new-release.json"
+KEY_FORMAT = "tpsl-flwr noise key 2"
 ORIGINS = ("os", "seed")
-
-
-@dataclass(frozen=True)
-class NoiseBinding:
-    """Every setting that fixes the noise a key releases, by kebab-case name.
-
-    Two runs may share a key only if their bindings are equal: then every
-    sample id names the same record and gets the same noise.
-
-    Examples
-    --------
-    >>> from tpsl_flwr.privacy.mechanisms import make_mechanism
-    >>> a = NoiseBinding.of(
-    ...     mechanism=make_mechanism("laplace", epsilon=1.0),
-    ...     placement="logits",
-    ...     reuse_noise=True,
-    ...     id_space={"dataset": "digits", "id-space": "ab12"},
-    ... )
-    >>> b = NoiseBinding.of(
-    ...     mechanism=make_mechanism("laplace", epsilon=4.0),
-    ...     placement="logits",
-    ...     reuse_noise=True,
-    ...     id_space={"dataset": "digits", "id-space": "ab12"},
-    ... )
-    >>> a.changes(b)
-    ['epsilon (1.0 -> 4.0)']
-    """
-
-    settings: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of(
-        cls,
-        *,
-        mechanism: Mechanism,
-        placement: str,
-        reuse_noise: bool,
-        id_space: Mapping[str, Any],
-    ) -> NoiseBinding:
-        """The binding of a mechanism, its placement and an id space."""
-        settings: dict[str, Any] = {
-            "mechanism": mechanism.name,
-            "epsilon": None,
-            "sigma": None,
-            "num-classes": mechanism.num_classes,
-            "placement": placement,
-            "reuse-noise": bool(reuse_noise),
-        }
-        if mechanism.parameter is not None:
-            settings[mechanism.parameter] = mechanism.parameter_value
-        settings.update(id_space)
-        return cls(settings)
-
-    def changes(self, other: NoiseBinding) -> list[str]:
-        """The settings that differ, as ``"name (old -> new)"``, in a fixed order."""
-        old, new = self.settings, other.settings
-        names = list(old) + [n for n in new if n not in old]
-        return [
-            f"{name} ({old.get(name)!r} -> {new.get(name)!r})"
-            for name in names
-            if old.get(name) != new.get(name)
-        ]
 
 
 @dataclass
@@ -125,6 +87,9 @@ class Release:
         Per-epoch history of the epochs already run.
     party_state
         :meth:`~tpsl_flwr.parties.LabelParty.state_dict` to restore, or None.
+    ledger
+        What the privacy ledger says of this release (None for a release
+        built by hand, which no ledger records).
     """
 
     key: NoiseKey
@@ -132,6 +97,7 @@ class Release:
     start_epoch: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
     party_state: dict[str, Any] | None = None
+    ledger: LedgerView | None = None
 
 
 class LabelStore:
@@ -175,44 +141,130 @@ class LabelStore:
         make_private_dir(self.folder)
         self._write_key(key, origin, None)
 
-    def open_release(self, binding: NoiseBinding, *, resume: bool) -> Release:
+    def acknowledge_new_release(
+        self, budget: float | None = None, *, new_release: bool = True
+    ) -> Path:
+        """Acknowledge that the next fresh run here is a further release.
+
+        The label party's decision, kept in its own folder (never run config,
+        which the nodes receive): ``tpsl-flwr ledger acknowledge`` and every
+        ``--new-release`` flag call this. The next fresh run consumes it.
+
+        Parameters
+        ----------
+        budget
+            Optional cap on the label set's total pure epsilon: the run is
+            refused if its release would take the total above it.
+        new_release
+            ``False`` leaves only the budget (no acknowledgement).
+        """
+        if budget is not None and not (budget > 0 and math.isfinite(budget)):
+            raise ConfigError(f"budget must be > 0 and finite, got {budget}")
+        record = {"new_release": bool(new_release), "budget": budget}
+        return write_private(self.folder / ACK_FILE, json.dumps(record).encode())
+
+    def open_release(
+        self,
+        binding: NoiseBinding,
+        *,
+        resume: bool,
+        labels: LabelRecords,
+        privacy: PrivacySpent,
+        public_labels: bool = False,
+        new_release: bool = False,
+        budget: float | None = None,
+        ledger: PrivacyLedger | None = None,
+        run_name: str = "",
+    ) -> Release:
         """The key (and saved state) a run with ``binding`` may use.
 
-        A fresh run takes an unbound key left by :meth:`provide_key`, else
-        draws one from the OS; it binds the key and drops any older checkpoint.
-        A resumed run needs this folder's bound key and checkpoint, and the
-        same binding.
+        A fresh run derives its key from an unbound key left by
+        :meth:`provide_key` (else a fresh OS key), its binding and its labels;
+        records the release in ``ledger`` (before returning, so before any
+        gradient leaves); binds the key and drops any older checkpoint. A
+        resumed run needs this folder's bound key, the same binding and the
+        same labels; with no checkpoint yet (a crash in the first epoch) it
+        starts from epoch 0 under the same key.
+
+        Parameters
+        ----------
+        binding
+            Everything that fixes the noise (:meth:`NoiseBinding.of`).
+        resume
+            Continue the run bound in this folder instead of starting one.
+        labels
+            Every label the party holds for the run, with record ids.
+        privacy
+            What the run spends (:func:`~tpsl_flwr.privacy.accounting.privacy_spent`).
+        public_labels
+            Rehearsal data whose labels are public anyway: record, never refuse.
+        new_release
+            The label party acknowledges a further release of labels that
+            already have one (as does :meth:`acknowledge_new_release`).
+        budget
+            Refuse a release that takes the label set's pure total above this.
+        ledger
+            The ledger (:class:`~tpsl_flwr.ledger.PrivacyLedger` at its
+            default folder when None).
+        run_name
+            Recorded with the release, for people reading the ledger.
 
         Raises
         ------
         PrivacyError
-            On resume without a key or checkpoint, or with a changed binding
-            (the changed settings are named), or if a file is not private.
+            On resume without a key, with a changed binding or changed labels
+            (named); on a fresh run over labels released before under another
+            key without acknowledgement; over the budget; if a file is not
+            private.
         """
         make_private_dir(self.folder)
+        book = ledger if ledger is not None else PrivacyLedger()
+        label_set = book.label_set(labels.ids, labels.labels, public=public_labels)
         if resume:
-            return self._resume(binding)
+            return self._resume(binding, labels, privacy, book, label_set, run_name)
+        ack_budget, acknowledged = self._read_ack()
+        acknowledged = acknowledged or new_release
         saved = self._read_key() if self.key_path.exists() else None
         if saved is not None and saved[2] is None:
-            key, origin = saved[0], saved[1]
+            root, origin = saved[0], saved[1]
         else:
-            key, origin = NoiseKey.from_os(), "os"
+            root, origin = NoiseKey.from_os(), "os"
+        check = label_digest(root.key, labels.ids, labels.labels)
+        key = root.derive(binding.context(check))
+        view = admit_release(
+            book,
+            label_set,
+            ledger_entry(key, origin, binding, privacy, run_name, acknowledged),
+            acknowledged=acknowledged,
+            budget=budget if budget is not None else ack_budget,
+        )
         self.checkpoint_path.unlink(missing_ok=True)
-        self._write_key(key, origin, binding)
-        return Release(key, origin)
+        self._write_key(key, origin, binding, self._label_check(key, labels))
+        (self.folder / ACK_FILE).unlink(missing_ok=True)
+        return Release(key, origin, ledger=view)
 
-    def _resume(self, binding: NoiseBinding) -> Release:
-        if not self.key_path.exists() or not self.checkpoint_path.exists():
+    def _resume(
+        self,
+        binding: NoiseBinding,
+        labels: LabelRecords,
+        privacy: PrivacySpent,
+        book: PrivacyLedger,
+        label_set: LabelSet,
+        run_name: str,
+    ) -> Release:
+        if not self.key_path.exists():
             raise PrivacyError(
-                f"cannot resume: no label-party checkpoint in {self.folder} (a new "
-                "key would make a second release reported as one); start a new run"
+                f"cannot resume: no noise key in {self.folder} (a new key would "
+                "make a second release reported as one); start a new run"
             )
-        key, origin, bound = self._read_key()
+        key, origin, bound, check = self._read_key()
         if bound is None:
             raise PrivacyError(
                 f"cannot resume: the key in {self.key_path} was never used by a run"
             )
         changed = bound.changes(binding)
+        if check != self._label_check(key, labels):
+            changed.append("labels (the label column or its records changed)")
         if changed:
             raise PrivacyError(
                 "cannot resume: changed since the checkpoint: "
@@ -220,6 +272,19 @@ class LabelStore:
                 + f". The same key (fingerprint {key.fingerprint}) would release a "
                 "second, correlated draw for the same labels; start a new run instead"
             )
+        view = continue_release(
+            book,
+            label_set,
+            ledger_entry(key, origin, binding, privacy, run_name, True),
+            budget=self._read_ack()[0],
+        )
+        # A further-release acknowledgement means nothing to a resume: drop it,
+        # so that it cannot apply to some later fresh run by surprise.
+        (self.folder / ACK_FILE).unlink(missing_ok=True)
+        if not self.checkpoint_path.exists():
+            # Stopped before its first checkpoint: gradients may have left
+            # under this key, so the same release goes on from epoch 0.
+            return Release(key, origin, ledger=view)
         state = torch.load(
             io.BytesIO(read_private(self.checkpoint_path)), weights_only=True
         )
@@ -234,10 +299,32 @@ class LabelStore:
             start_epoch=int(state["epoch"]) + 1,
             history=list(json.loads(state["history"])),
             party_state=state["party"],
+            ledger=view,
         )
 
+    @staticmethod
+    def _label_check(key: NoiseKey, labels: LabelRecords) -> str:
+        return label_digest(key.key, labels.ids, labels.labels).hex()[:32]
+
+    def _read_ack(self) -> tuple[float | None, bool]:
+        path = self.folder / ACK_FILE
+        if not path.exists():
+            return None, False
+        try:
+            record = json.loads(read_private(path))
+            budget = record.get("budget")
+            if budget is not None and not isinstance(budget, (int, float)):
+                raise ValueError(f"budget {budget!r}")
+            return budget, bool(record["new_release"])
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise PrivacyError(f"{path} is not an acknowledgement: {err}") from None
+
     def _write_key(
-        self, key: NoiseKey, origin: str, binding: NoiseBinding | None
+        self,
+        key: NoiseKey,
+        origin: str,
+        binding: NoiseBinding | None,
+        label_check: str | None = None,
     ) -> None:
         record = {
             "format": KEY_FORMAT,
@@ -246,10 +333,11 @@ class LabelStore:
             "origin": origin,
             "fingerprint": key.fingerprint,
             "binding": None if binding is None else dict(binding.settings),
+            "labels": label_check,
         }
         write_private(self.key_path, json.dumps(record, indent=2).encode())
 
-    def _read_key(self) -> tuple[NoiseKey, str, NoiseBinding | None]:
+    def _read_key(self) -> tuple[NoiseKey, str, NoiseBinding | None, str | None]:
         try:
             record = json.loads(read_private(self.key_path))
             if record.get("format") != KEY_FORMAT:
@@ -259,11 +347,12 @@ class LabelStore:
                 raise ValueError(f"origin {origin!r}")
             key = NoiseKey.from_hex(record["key"], secure=origin == "os")
             bound = record["binding"]
+            check = record.get("labels")
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise PrivacyError(
                 f"{self.key_path} is not a noise key file: {err}"
             ) from None
-        return key, origin, None if bound is None else NoiseBinding(bound)
+        return key, origin, None if bound is None else NoiseBinding(bound), check
 
     # ----------------------------------------------------------- checkpoints
     def save_checkpoint(

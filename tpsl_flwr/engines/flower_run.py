@@ -28,6 +28,7 @@ from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.engines.processes import FlowerLaunchError
 from tpsl_flwr.engines.simulation import run_flwr_simulation
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.experiments.audience import PUBLIC_SUMMARY, write_public
 from tpsl_flwr.experiments.experiment import RESULTS_FILE
 from tpsl_flwr.experiments.run_folder import (
     FAILED_FILE,
@@ -232,6 +233,8 @@ def run_on_ray(
     results = json.loads(results_path.read_text())
     results["flower_wall_seconds"] = run.wall_s
     write_atomic(results_path, json.dumps(results, indent=2))
+    # The shareable summary gains the Flower timings too (allow-listed fields).
+    write_public(results_path.parent / PUBLIC_SUMMARY, results)
     return results
 
 

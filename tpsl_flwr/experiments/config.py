@@ -40,7 +40,7 @@ LABEL_DIR = "label-party"
 _MAX_BUCKETS = 2**31 - 1
 """The most hash buckets a categorical column of criteo/avazu may have."""
 """The label party's folder under ``out_dir`` unless ``label_dir`` names one."""
-LABEL_PARTY_ONLY = frozenset({"noise_seed"})
+LABEL_PARTY_ONLY = frozenset({"noise_seed", "new_release", "privacy_budget"})
 """Fields that never enter the run config (nodes must not learn them)."""
 
 
@@ -61,6 +61,10 @@ class ExperimentConfig:
     (deployments), on by default in ``tpsl-flwr simulate`` and ``flower-run``.
     ``transcript_dir``, if set, makes every non-label node record what it
     receives there (the attacker's view, for ``tpsl-flwr attack``).
+    ``new_release`` (the label party acknowledges a further release of labels
+    the privacy ledger already holds) and ``privacy_budget`` (``> 0``: refuse a
+    release taking the label set's total epsilon above it) are label-party
+    decisions, never run config (:mod:`tpsl_flwr.ledger`).
     """
 
     dataset: str = "synthetic-ctr"
@@ -92,6 +96,8 @@ class ExperimentConfig:
     top_hidden: int = 64
     seed: int = 0
     noise_seed: int = -1
+    new_release: bool = False
+    privacy_budget: float = 0.0
     out_dir: str = "outputs"
     label_dir: str = ""
     checkpoint: bool = True
@@ -147,6 +153,8 @@ class ExperimentConfig:
         if not self.out_dir:
             raise ConfigError("out-dir must name a folder, got ''")
         check_positive_finite(self.reply_timeout, "reply-timeout")
+        if self.privacy_budget != 0.0:
+            check_positive_finite(self.privacy_budget, "privacy-budget")
         if self.resume and not self.checkpoint:
             raise ConfigError(
                 "resume = true needs checkpoint = true (it continues from the "
@@ -326,9 +334,9 @@ class ExperimentConfig:
             if name in LABEL_PARTY_ONLY:
                 raise ConfigError(
                     f"{key} is not a run-config key: Flower hands the run config to "
-                    "every node, and whoever knows the seed can subtract the noise; "
-                    "give it to the label party only (tpsl-flwr simulate/flower-run "
-                    "--noise-seed, or tpsl-flwr keygen --seed)"
+                    "every node, and this is the label party's alone; give it to "
+                    f"the label party only (tpsl-flwr simulate/flower-run --{key}, "
+                    "tpsl-flwr keygen --seed, tpsl-flwr ledger acknowledge)"
                 )
             if name not in fields:
                 valid = ", ".join(sorted(n.replace("_", "-") for n in fields))

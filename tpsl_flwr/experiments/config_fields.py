@@ -75,6 +75,12 @@ FIELD_HELP: dict[str, str] = {
     "seed": "seed of the data split, the model weights and the batch order",
     "noise-seed": "label party only, never run config: derive the noise key from "
     "this seed (reproducible, NOT secure); -1: a key from the OS",
+    "new-release": "label party only, never run config: acknowledge that this run "
+    "is a further release of labels the privacy ledger already holds (their total "
+    "epsilon grows); without it such a run is refused",
+    "privacy-budget": "label party only, never run config: refuse a release that "
+    "takes the label set's total epsilon (over every release in the ledger) above "
+    "this; 0: no budget",
     "out-dir": "folder of results.json, report.md and the nodes' checkpoints",
     "label-dir": "the label party's private folder (key, checkpoints); "
     "empty: OUT-DIR/label-party",

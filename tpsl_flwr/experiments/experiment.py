@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -16,16 +15,23 @@ from typing import Any
 import numpy as np
 from flwr.serverapp import Grid
 
+from tpsl_flwr.data.builtin import DATASETS
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.architecture import build_top
+from tpsl_flwr.experiments.audience import (
+    PUBLIC_SUMMARY,
+    private_folder,
+    write_public,
+)
 from tpsl_flwr.experiments.config import ExperimentConfig
-from tpsl_flwr.experiments.run_folder import write_atomic
-from tpsl_flwr.experiments.run_report import REPORT_MD, REPORT_PNG, markdown, plot
-from tpsl_flwr.label_store import LabelStore, NoiseBinding
+from tpsl_flwr.experiments.run_report import write_report
+from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.models import num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
+from tpsl_flwr.privacy.accounting import privacy_spent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import parameter_of
+from tpsl_flwr.private_files import write_private
 from tpsl_flwr.strategies import TPSLStrategy
 
 RESULTS_FILE = "results.json"
@@ -39,15 +45,21 @@ SEEDED_KEY_NOTE = (
 
 
 def provide_seeded_key(cfg: ExperimentConfig) -> None:
-    """Leave the key of ``cfg.noise_seed`` in the label party's folder, if any.
+    """Leave the label party's own decisions in its folder for the next run.
 
-    Runs on the label party's side only (the CLI, a sweep, the in-process
-    engine): the seed never enters the run config the nodes receive. A resumed
-    run keeps the key it was bound to, so nothing is provided then.
+    The key of ``cfg.noise_seed`` (if any), and the acknowledgement of a
+    further release (``cfg.new_release``) with its budget
+    (``cfg.privacy_budget``). Runs on the label party's side only (the CLI, a
+    sweep, the in-process engine): none of them enters the run config the
+    nodes receive; the ServerApp of ``flwr run`` finds them in the folder. A
+    resumed run keeps the key it was bound to, so no key is provided then.
     """
+    store = LabelStore(cfg.label_party_dir)
     if cfg.noise_seed >= 0 and not cfg.resume:
-        LabelStore(cfg.label_party_dir).provide_key(
-            NoiseKey.from_seed(cfg.noise_seed), origin="seed"
+        store.provide_key(NoiseKey.from_seed(cfg.noise_seed), origin="seed")
+    if cfg.new_release or cfg.privacy_budget > 0:
+        store.acknowledge_new_release(
+            cfg.privacy_budget or None, new_release=cfg.new_release
         )
 
 
@@ -78,7 +90,23 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
     )
     store = LabelStore(cfg.label_party_dir)
     provide_seeded_key(cfg)
-    release = store.open_release(binding, resume=cfg.resume)
+    release = store.open_release(
+        binding,
+        resume=cfg.resume,
+        labels=LabelRecords(
+            np.concatenate([labels.train_ids, labels.test_ids]),
+            np.concatenate([labels.train_labels, labels.test_labels]),
+        ),
+        privacy=privacy_spent(
+            mechanism=mechanism,
+            placement=cfg.placement,
+            epochs=cfg.epochs,
+            reuse_noise=cfg.reuse_noise,
+        ),
+        # Built-in tables are rehearsal data: their labels are public anyway.
+        public_labels=cfg.dataset in DATASETS,
+        run_name=Path(cfg.out_dir).name,
+    )
     party = LabelParty(
         top,
         labels.train_labels,
@@ -112,8 +140,37 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         "test_rows": int(labels.test_labels.size),
         "data_info": {k: _jsonable(v) for k, v in labels.info.items()},
         "key_origin": release.origin,
+        "ledger": None if release.ledger is None else release.ledger.to_dict(),
     }
     return strategy, facts
+
+
+def ledger_notes(ledger: dict[str, Any]) -> list[str]:
+    """Plain-language notes on the label set's other releases, if any.
+
+    Examples
+    --------
+    >>> ledger_notes({"earlier_releases": 0, "public_labels": False})
+    []
+    >>> ledger_notes({"earlier_releases": 2, "public_labels": True,
+    ...               "total": {"epsilon": 3.0, "releases": 3}})[0][:42]
+    'these labels were released 2 time(s) befor'
+    """
+    earlier = ledger.get("earlier_releases", 0)
+    notes = []
+    if earlier:
+        total = ledger["total"]
+        notes.append(
+            f"these labels were released {earlier} time(s) before under other keys: "
+            f"epsilon_total {total['epsilon']} over {total['releases']} releases "
+            "(tpsl-flwr ledger show)"
+        )
+    if ledger.get("public_labels"):
+        notes.append(
+            "rehearsal data (a built-in table whose labels are public): its releases "
+            "are recorded in the ledger but never refused"
+        )
+    return notes
 
 
 def _jsonable(value: Any) -> Any:
@@ -135,12 +192,15 @@ def run_label_party(
     started = time.perf_counter()
     strategy, facts = build_strategy(cfg)
     key_origin = facts.pop("key_origin")
+    ledger = facts.pop("ledger")
     wait = cfg.reply_timeout if timeout is None else timeout
     strategy.start(grid=grid, timeout=wait)
     spent = strategy.privacy
     privacy = spent.to_dict()
     if not strategy.party.key.secure:
         privacy["notes"] = [*privacy.get("notes", []), SEEDED_KEY_NOTE]
+    if ledger is not None:
+        privacy["notes"] = [*privacy.get("notes", []), *ledger_notes(ledger)]
     history = strategy.history
     best = strategy.best.epoch if strategy.best is not None else None
     final = history[best] if best is not None else history[-1] if history else {}
@@ -153,6 +213,10 @@ def run_label_party(
         "placement": cfg.placement,
         "epochs": cfg.epochs,
         "epsilon_spent": spent.to_dict()["epsilon"],
+        "epsilon_total": (ledger or {})
+        .get("total", {})
+        .get("epsilon", spent.to_dict()["epsilon"]),
+        "ledger": ledger,
         "privacy": privacy,
         "samples_per_second": float(np.mean(rates)) if rates else 0.0,
         "seconds": time.perf_counter() - started,
@@ -187,16 +251,17 @@ def run_label_party(
 
 
 def write_results(results: dict[str, Any], out: Path) -> None:
-    """Write the report, then ``results.json``, each atomically (temp + rename).
+    """Write the report, the public summary, then ``results.json``, atomically.
 
+    ``out`` is made the label party's (mode ``0700``): ``report.md``,
+    ``report.png`` and ``results.json`` hold clean-label statistics and are
+    written ``0600``; ``summary-public.json`` (``0644``) holds only the fields
+    :data:`~tpsl_flwr.experiments.audience.PUBLIC_FIELDS` allows.
     ``results.json`` comes last: its presence says the run finished (sweeps
     skip such runs), and a crash never leaves a half-written one.
     """
-    write_atomic(out / REPORT_MD, markdown(results))
-    png = out / f".{REPORT_PNG}.tmp.png"
-    try:
-        plot(results, png)
-        os.replace(png, out / REPORT_PNG)
-    finally:
-        png.unlink(missing_ok=True)
-    write_atomic(out / RESULTS_FILE, json.dumps(results, indent=2, default=_jsonable))
+    folder = private_folder(out)
+    write_report(results, folder)
+    write_public(folder / PUBLIC_SUMMARY, results)
+    text = json.dumps(results, indent=2, default=_jsonable)
+    write_private(folder / RESULTS_FILE, text.encode())

@@ -306,6 +306,7 @@ def _run_on_deployment(
     from tpsl_flwr.engines.flower_env import app_config
     from tpsl_flwr.engines.flower_run import progress_line, source_app_dir
     from tpsl_flwr.engines.processes import FlowerLaunchError
+    from tpsl_flwr.experiments.audience import PUBLIC_SUMMARY, write_public
     from tpsl_flwr.experiments.experiment import RESULTS_FILE
 
     app = source_app_dir()
@@ -345,6 +346,8 @@ def _run_on_deployment(
     results["flower_wall_seconds"] = run.wall_s
     results["round_trip_seconds"] = round_trip_seconds(results)
     write_atomic(results_path, json.dumps(results, indent=2))
+    # The shareable summary gains the Flower timings too (allow-listed fields).
+    write_public(results_path.parent / PUBLIC_SUMMARY, results)
     return results
 
 

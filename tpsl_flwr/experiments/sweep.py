@@ -9,11 +9,21 @@ Then ``runs.csv``, ``tables.md`` (the paper's Tables 1-3) and the Figure 5
 plots are written from every finished run
 (:mod:`tpsl_flwr.experiments.sweep_report`,
 :mod:`~tpsl_flwr.experiments.sweep_scale`).
+
+Each row names where its run's noise key came from (``key_origin``: ``os`` or
+``seed``) and whether the run is a ``rehearsal`` (a seeded key, reproducible
+by anyone who knows the seed: utility, not protection). Test metrics and
+attack AUCs are computed on the clean labels, so ``runs.csv``, ``tables.md``
+and the plots are the label party's (mode ``0600``, the sweep's folder
+``0700``); ``runs-public.csv`` (``0644``) keeps only the columns of
+:data:`~tpsl_flwr.experiments.audience.PUBLIC_RUN_COLUMNS`.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import io
 import json
 import logging
 from collections.abc import Mapping
@@ -21,6 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.experiments.audience import (
+    PUBLIC_RUN_COLUMNS,
+    is_rehearsal,
+    key_origin,
+    private_folder,
+    write_shareable,
+)
 from tpsl_flwr.experiments.experiment import RESULTS_FILE
 from tpsl_flwr.experiments.run import check_engine, run_experiment
 from tpsl_flwr.experiments.sweep_config import (
@@ -37,10 +54,12 @@ from tpsl_flwr.experiments.sweep_stats import (
     attack_uncertainty,
     denoise_values,
 )
+from tpsl_flwr.private_files import write_private
 
 __all__ = [
     "CSV_COLUMNS",
     "GRID_KEYS",
+    "PUBLIC_CSV",
     "RunSpec",
     "SweepConfig",
     "csv_columns",
@@ -52,6 +71,7 @@ __all__ = [
     "run_row",
     "run_sweep",
     "write_csv",
+    "write_public_csv",
 ]
 
 ATTACK_COLUMNS = ("norm", "cosine", "spectral", "sda", "sda_top1", "auc_bound")
@@ -69,9 +89,15 @@ CSV_COLUMNS = (
     *ATTACK_COLUMNS,
     *UNCERTAINTY_COLUMNS,
     "epsilon_spent",
+    "epsilon_total",
+    "key_origin",
+    "rehearsal",
     "samples_per_second",
 )
 """The columns of ``runs.csv``, ``denoise`` aside (:func:`csv_columns`)."""
+PUBLIC_CSV = "runs-public.csv"
+"""The shareable ``runs.csv``, its columns allowed by
+:data:`~tpsl_flwr.experiments.audience.PUBLIC_RUN_COLUMNS`."""
 
 
 def finished(spec: RunSpec) -> dict[str, Any] | None:
@@ -124,6 +150,9 @@ def run_row(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
         "test_auc": results.get("test_auc"),
         "test_accuracy": results.get("test_accuracy"),
         "epsilon_spent": results.get("epsilon_spent"),
+        "epsilon_total": results.get("epsilon_total"),
+        "key_origin": key_origin(results),
+        "rehearsal": is_rehearsal(results),
         "samples_per_second": results.get("samples_per_second"),
     }
     for key in ATTACK_COLUMNS:
@@ -158,14 +187,59 @@ def csv_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
     return (*CSV_COLUMNS[:at], "denoise", *CSV_COLUMNS[at:])
 
 
+def csv_text(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    """``rows`` as CSV with ``columns`` (empty cells for missing values).
+
+    Examples
+    --------
+    >>> rows = [{"run": "a", "rehearsal": True, "x": 1}]
+    >>> csv_text(rows, ("run", "rehearsal")).splitlines()
+    ['run,rehearsal', 'a,True']
+    """
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
+    return text.getvalue()
+
+
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    """Write ``rows`` as ``runs.csv`` (empty cells for missing values)."""
-    columns = csv_columns(rows)
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
+    """Write ``rows`` as ``runs.csv``: mode ``0600``, its folder made ``0700``.
+
+    Its test metrics and attack AUCs are computed on the clean labels.
+    """
+    private_folder(path.parent)
+    write_private(path, csv_text(rows, csv_columns(rows)).encode())
+
+
+def write_public_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Write the shareable columns of ``rows`` to ``path`` (mode ``0644``).
+
+    The columns are those of :func:`csv_columns` that
+    :data:`~tpsl_flwr.experiments.audience.PUBLIC_RUN_COLUMNS` allows.
+    """
+    columns = tuple(c for c in csv_columns(rows) if c in PUBLIC_RUN_COLUMNS)
+    return write_shareable(path, csv_text(rows, columns))
+
+
+def check_releases(specs: list[Any], new_release: bool) -> None:
+    """Refuse, before any run, a sweep that would release a file's labels twice.
+
+    Runs over one file are releases of one label set: that is the label
+    party's decision to take once, with ``--new-release``, not a refusal in
+    the middle of the sweep.
+    """
+    from tpsl_flwr.data.builtin import FILE_DATASETS
+
+    on_files = [s.name for s in specs if s.config.dataset in FILE_DATASETS]
+    if len(on_files) > 1 and not new_release:
+        raise ConfigError(
+            f"this sweep runs {len(on_files)} experiments over the labels of a data "
+            f"file ({on_files[0]}, ...): each is a release of those labels and their "
+            "epsilons add up in the privacy ledger; pass --new-release to "
+            "acknowledge them (tpsl-flwr ledger show lists earlier releases)"
+        )
 
 
 def run_sweep(
@@ -173,6 +247,8 @@ def run_sweep(
     out_dir: str | Path,
     engine: str = "local",
     progress: bool = True,
+    new_release: bool = False,
+    privacy_budget: float = 0.0,
 ) -> dict[str, Any]:
     """Run every unfinished run of ``sweep``, then write the CSV, tables and plots.
 
@@ -181,11 +257,21 @@ def run_sweep(
     sweep
         The grid.
     out_dir
-        Output folder (``runs/<run-name>/``, ``runs.csv``, ``tables.md``, PNGs).
+        Output folder, made ``0700`` (``runs/<run-name>/``, ``runs.csv``,
+        ``tables.md``, PNGs: mode ``0600``; ``runs-public.csv``: ``0644``).
     engine
         ``"local"`` (in-process, default) or ``"ray"`` (Flower's Ray simulation).
     progress
         Show a tqdm progress bar.
+    new_release
+        The label party's one decision for the whole sweep: each of its runs
+        may be a further release of labels the privacy ledger already holds
+        (:mod:`tpsl_flwr.ledger`). Without it, a sweep of several runs over a
+        file's labels (criteo, avazu) is refused before any run starts;
+        built-in rehearsal tables are recorded, never refused.
+    privacy_budget
+        ``> 0``: every run is refused if it would take its label set's total
+        epsilon above this.
 
     Returns
     -------
@@ -196,7 +282,8 @@ def run_sweep(
     Raises
     ------
     ConfigError
-        If ``engine`` is unknown.
+        If ``engine`` is unknown, or several runs would release a file's labels
+        without ``new_release``.
     """
     from flwr.common.logger import FLOWER_LOGGER
     from tqdm import tqdm
@@ -206,6 +293,18 @@ def run_sweep(
     check_engine(engine)
     out = Path(out_dir)
     specs = sweep.runs(out)
+    check_releases(specs, new_release)
+    specs = [
+        dataclasses.replace(
+            spec,
+            config=dataclasses.replace(
+                spec.config, new_release=new_release, privacy_budget=privacy_budget
+            ),
+        )
+        for spec in specs
+    ]
+    private_folder(out / "runs")  # every run's results are the label party's
+    private_folder(out)
     ran: list[str] = []
     skipped: list[str] = []
     rows: list[dict[str, Any]] = []
@@ -226,8 +325,8 @@ def run_sweep(
             rows.append(run_row(spec.name, results))
     finally:
         FLOWER_LOGGER.setLevel(level)
-    out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "runs.csv")
     files = [out / "runs.csv", write_tables(rows, out / "tables.md")]
     files += write_plots(rows, out)
+    files.append(write_public_csv(rows, out / PUBLIC_CSV))
     return {"ran": ran, "skipped": skipped, "rows": rows, "files": files}

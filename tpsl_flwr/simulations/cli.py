@@ -11,6 +11,8 @@ Sub-commands:
 * ``flower-run`` — ``flwr run`` of the app on Flower's Ray simulation, offline,
   with every process it started ended afterwards.
 * ``keygen`` — a noise key in the label party's private folder.
+* ``ledger`` — the privacy ledger: every release of each label set, totals;
+  ``ledger acknowledge`` for a further release (:mod:`~tpsl_flwr.ledger`).
 * ``attack`` — the black-box attacks on a recorded transcript, offline.
 
 The handlers are in :mod:`~tpsl_flwr.simulations.cli_commands`. Bad input
@@ -32,6 +34,7 @@ from tpsl_flwr.privacy.mechanisms import MECHANISMS
 from tpsl_flwr.simulations import cli_commands as commands
 from tpsl_flwr.simulations.cli_commands import EXIT_USAGE, EXIT_VIOLATION
 from tpsl_flwr.simulations.cli_flags import add_config_flags, integer, number
+from tpsl_flwr.simulations.cli_ledger import add_ledger_parser
 from tpsl_flwr.simulations.party_worker import add_party_parser
 
 __all__ = ["EXIT_USAGE", "EXIT_VIOLATION", "build_parser", "main"]
@@ -77,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep(subparsers)
     _add_flower_run(subparsers)
     _add_keygen(subparsers)
+    add_ledger_parser(subparsers, number)
     _add_attack(subparsers)
     add_party_parser(subparsers)
     return parser
@@ -166,6 +170,7 @@ def _add_sweep(subparsers: Any) -> None:
     sweep.add_argument("--out-dir", default=None, help="default: sweep-<config name>")
     sweep.add_argument("--engine", choices=ENGINES, default="local", help=ENGINE_HELP)
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_release_flags(sweep)
     sweep.set_defaults(handler=commands.cmd_sweep)
 
 
@@ -202,8 +207,30 @@ def _add_flower_run(subparsers: Any) -> None:
         help="derive the noise key from this seed (reproducible, NOT secure); it is "
         "written to the label party's folder and never enters the run config",
     )
+    add_release_flags(flower)
     flower.add_argument("--timeout", type=number("timeout"), default=3600.0)
     flower.set_defaults(handler=commands.cmd_flower_run)
+
+
+def add_release_flags(parser: argparse.ArgumentParser) -> None:
+    """``--new-release`` and ``--privacy-budget``: the label party's decisions."""
+    group = parser.add_argument_group(
+        "label party only", "never in the run config the nodes receive"
+    )
+    group.add_argument(
+        "--new-release",
+        action="store_true",
+        help="acknowledge that this is a further release of labels the privacy "
+        "ledger already holds (tpsl-flwr ledger show); without it such a run is "
+        "refused",
+    )
+    group.add_argument(
+        "--privacy-budget",
+        type=number("privacy-budget"),
+        default=0.0,
+        help="refuse a release taking the label set's total epsilon above this "
+        "(0: no budget)",
+    )
 
 
 def _add_keygen(subparsers: Any) -> None:

@@ -56,7 +56,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     grid = load_sweep(args.config)
     out = args.out_dir or f"sweep-{Path(args.config).stem}"
     print(f"tpsl-flwr sweep: {describe(grid)}; out-dir {out}", file=sys.stderr)
-    done = run_sweep(grid, out, engine=args.engine, progress=not args.no_progress)
+    done = run_sweep(
+        grid,
+        out,
+        engine=args.engine,
+        progress=not args.no_progress,
+        new_release=args.new_release,
+        privacy_budget=args.privacy_budget,
+    )
     print(
         f"tpsl-flwr sweep: ran {len(done['ran'])}, skipped {len(done['skipped'])} "
         f"finished; wrote {', '.join(str(p) for p in done['files'])}"
@@ -87,8 +94,14 @@ def cmd_flower_run(args: argparse.Namespace) -> int:
         hint="pass --overwrite to replace it or --run-config resume=true to "
         "continue it",
     )
-    if args.noise_seed is not None:
-        provide_seeded_key(dataclasses.replace(cfg, noise_seed=args.noise_seed))
+    provide_seeded_key(
+        dataclasses.replace(
+            cfg,
+            noise_seed=-1 if args.noise_seed is None else args.noise_seed,
+            new_release=args.new_release,
+            privacy_budget=args.privacy_budget,
+        )
+    )
     results = run_on_ray(
         overrides, app_dir=app_dir, timeout=args.timeout, echo=sys.stdout
     )
@@ -105,16 +118,17 @@ def summary_line(command: str, results: dict[str, Any]) -> str:
     ...     "test_auc": 0.61234, "epsilon_spent": 1.0, "samples_per_second": 2410.2,
     ...     "seconds": 41.71, "flower_wall_seconds": 55.62,
     ...     "config": {"out-dir": "/tmp/run"}}))  # doctest: +NORMALIZE_WHITESPACE
-    tpsl-flwr flower-run: test_auc 0.6123, epsilon spent 1.0, 2410 samples/s,
-    training 41.7 s (label party), wall 55.6 s (flwr run, incl. Ray start-up);
-    results in /tmp/run/results.json
+    tpsl-flwr flower-run: test_auc 0.6123, epsilon spent 1.0 (total 1.0),
+    2410 samples/s, training 41.7 s (label party), wall 55.6 s (flwr run, incl. Ray
+    start-up); results in /tmp/run/results.json
     """
     from tpsl_flwr.experiments.experiment import RESULTS_FILE
 
     metric = "test_auc" if "test_auc" in results else "test_accuracy"
     parts = [
         f"{metric} {results.get(metric, float('nan')):.4f}",
-        f"epsilon spent {results['epsilon_spent']}",
+        f"epsilon spent {results['epsilon_spent']} "
+        f"(total {results.get('epsilon_total', results['epsilon_spent'])})",
         f"{results['samples_per_second']:.0f} samples/s",
         f"training {results['seconds']:.1f} s (label party)",
     ]
@@ -235,13 +249,19 @@ def format_audit_table(record: dict[str, Any]) -> str:
 
 
 def write_json(results: dict[str, Any], path: str | None) -> None:
-    """Write ``results`` as JSON to ``path`` (``-``: stdout; ``None``: nowhere)."""
+    """Write ``results`` as JSON to ``path`` (``-``: stdout; ``None``: nowhere).
+
+    The file is mode ``0600``: a run's results and attack reports hold
+    statistics computed on the clean labels (the label party's alone).
+    """
+    from tpsl_flwr.experiments.run_folder import write_atomic
+    from tpsl_flwr.private_files import FILE_MODE
+
     text = json.dumps(results, indent=2, default=str)
     if path == "-":
         print(text)
     elif path:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        write_atomic(path, text, mode=FILE_MODE)
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:

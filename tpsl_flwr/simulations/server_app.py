@@ -45,11 +45,12 @@ def main(grid: Grid, context: Context) -> None:
     metric = "test_auc" if "test_auc" in results else "test_accuracy"
     log(
         INFO,
-        "TPSL finished: training %.1f s (label party), %s %.4f, epsilon spent %s; "
-        "results in %s",
+        "TPSL finished: training %.1f s (label party), %s %.4f, epsilon spent %s "
+        "(total %s); results in %s",
         results["seconds"],
         metric,
         results.get(metric, float("nan")),
         results["epsilon_spent"],
+        results.get("epsilon_total"),
         out / RESULTS_FILE,
     )

@@ -19,6 +19,7 @@ from flwr.serverapp.strategy import Result
 from tpsl_flwr.attacks.ceiling import BELOW
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.accounting import PrivacySpent
+from tpsl_flwr.release_record import LedgerView
 
 __all__ = ["TPSLResult", "log_settings", "progress_line", "record_epoch"]
 
@@ -116,8 +117,14 @@ def log_settings(
     epochs: int,
     batch_size: int,
     steps_per_message: int,
+    ledger: LedgerView | None = None,
 ) -> None:
-    """Log a run's settings as a tree, like Flower's DP wrappers' ``summary``."""
+    """Log a run's settings as a tree, like Flower's DP wrappers' ``summary``.
+
+    With ``ledger`` (a release from ``LabelStore.open_release``), the label
+    set's total over every recorded release; without one, a protected run
+    warns that no ledger records it.
+    """
     mech = party.mechanism
     param = f"{mech.parameter}={mech.parameter_value}" if mech.parameter else "no noise"
     log(
@@ -130,6 +137,20 @@ def log_settings(
         party.reuse_noise,
     )
     log(INFO, "\t├── Epsilon spent per label: %s", spent.epsilon)
+    if ledger is not None:
+        log(
+            INFO,
+            "\t├── Epsilon total over these labels' releases: %s (%s releases)",
+            ledger.total.epsilon,
+            ledger.total.releases,
+        )
+    elif mech.protects:
+        log(
+            WARNING,
+            "this release is recorded in no privacy ledger (no release from "
+            "LabelStore.open_release): a further release of the same labels will "
+            "be neither refused nor counted; see docs/embedding.md",
+        )
     log(
         INFO,
         "\t├── Noise key: %s (fingerprint %s)",

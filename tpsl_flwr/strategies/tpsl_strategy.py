@@ -122,10 +122,9 @@ class TPSLStrategy(Strategy):
         checkpoints after every epoch (top model, optimizer, history; the key
         stays in its own file) and the nodes checkpoint their bottom models.
     release
-        What :meth:`LabelStore.open_release
-        <tpsl_flwr.label_store.LabelStore.open_release>` returned for this
-        run: on resume the party's state, the epochs done and their history
-        are restored from it, and the nodes are told to load their
+        What ``LabelStore.open_release`` returned for this run: its ledger
+        total is logged; on resume the party's state, the epochs done and
+        their history are restored from it and the nodes told to load their
         checkpoints. Its key must be ``label_party``'s.
     validation_fraction
         Hold out this fraction of the training ids, by a hash of the id alone,
@@ -195,6 +194,7 @@ class TPSLStrategy(Strategy):
         self.best = self.validation.best if self.validation.active else None
         if self.validation.active:
             label_party.hold_out(self.validation.ids)
+        self._release = release
         if release is not None:
             self._restore(release)
 
@@ -255,6 +255,7 @@ class TPSLStrategy(Strategy):
             epochs=self.epochs,
             batch_size=self.batch_size,
             steps_per_message=self.steps_per_message,
+            ledger=None if self._release is None else self._release.ledger,
         )
 
     def connect(

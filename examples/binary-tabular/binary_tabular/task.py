@@ -25,9 +25,10 @@ import numpy as np
 import torch
 
 from tpsl_flwr import make_mechanism
-from tpsl_flwr.label_store import LabelStore, NoiseBinding
+from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.models import BottomModel, TopModel
 from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
+from tpsl_flwr.privacy.accounting import privacy_spent
 from tpsl_flwr.strategies import TPSLStrategy
 
 APP_DIR = Path(__file__).resolve().parents[1]
@@ -145,6 +146,12 @@ def load_labels(data_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return labels[rows["train"]], labels[rows["test"]], ids
 
 
+def label_records(data_dir: Path) -> LabelRecords:
+    """Every label with its record id (train and test): the set the ledger tracks."""
+    ids, values, _ = read_table(Path(data_dir) / LABEL_FILE)
+    return LabelRecords(ids, values[:, 0].astype(np.int64))
+
+
 def load_features(
     data_dir: Path, partition: int
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -217,7 +224,16 @@ def build_strategy(
     binding = NoiseBinding.of(
         mechanism=mechanism, placement="logits", reuse_noise=True, id_space=id_space
     )
-    release = store.open_release(binding, resume=False)
+    # A fresh release, recorded in the label party's privacy ledger before any
+    # gradient leaves; a further release of the same labels is refused unless
+    # acknowledged (`tpsl-flwr ledger acknowledge LABEL_DIR`).
+    release = store.open_release(
+        binding,
+        resume=False,
+        labels=label_records(cfg.data_dir),
+        privacy=privacy_spent(mechanism=mechanism, epochs=cfg.epochs),
+        run_name="binary-tabular",
+    )
     top = TopModel(
         cfg.num_parties * cfg.embedding_dim,
         hidden=(cfg.hidden,),

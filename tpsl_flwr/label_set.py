@@ -1,0 +1,167 @@
+"""What a label set *is*: its (record id, label) pairs, fingerprinted with a key.
+
+The guarantee of one TPSL run is ``(eps, 0)``-DP per label (Yang et al.,
+Theorem 4.2). A second run over the same labels is a second release, and the
+two compose: the label party must recognise the same labels whatever path,
+folder or split they come from. So a label set is identified by its content,
+never by a path: an HMAC-SHA256, under a secret that never leaves the label
+party, of its record ids and labels in record-id order. Keyed, so that the
+fingerprint (which appears in the ledger and in error messages) cannot be
+checked against guessed label vectors.
+
+One row limit of the same file (``rows = 100000`` after ``rows = 0``) is a
+subset of it: besides the whole set, the first ``2^j`` records
+(``j >= MIN_PREFIX_BITS``) are fingerprinted too, and two sets that share a
+prefix fingerprint share at least those ``2^j`` labelled records. Two
+unrelated tables share a prefix only if their first 1024 (id, label) pairs are
+equal, which for real labels means they are the same labels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tpsl_flwr.errors import ConfigError
+
+__all__ = ["MIN_PREFIX_BITS", "LabelSet", "label_digest"]
+
+MIN_PREFIX_BITS = 10
+"""Prefixes of fewer than ``2^10`` records are not compared (too few to identify)."""
+_DOMAIN = b"tpsl-flwr label set v1"
+
+
+def _canonical(ids: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    record_ids = np.asarray(ids)
+    values = np.asarray(labels)
+    if record_ids.ndim != 1 or values.ndim != 1 or record_ids.size != values.size:
+        raise ConfigError(
+            f"a label set needs one label per record id, got ids of shape "
+            f"{record_ids.shape} and labels of shape {values.shape}"
+        )
+    if record_ids.size == 0:
+        raise ConfigError("a label set needs at least one record, got none")
+    if not np.issubdtype(record_ids.dtype, np.integer) or record_ids.min() < 0:
+        raise ConfigError(f"record ids must be integers >= 0, got {record_ids.dtype}")
+    order = np.argsort(record_ids, kind="stable")
+    sorted_ids = np.ascontiguousarray(record_ids[order], dtype="<i8")
+    if np.any(np.diff(sorted_ids) == 0):
+        raise ConfigError("record ids must be distinct in a label set")
+    return sorted_ids, np.ascontiguousarray(values[order], dtype="<i8")
+
+
+def label_digest(key: bytes, ids: np.ndarray, labels: np.ndarray) -> bytes:
+    """HMAC-SHA256 of the (id, label) pairs in record-id order under ``key``.
+
+    Examples
+    --------
+    >>> a = label_digest(b"k", np.array([1, 0]), np.array([1, 0]))
+    >>> a == label_digest(b"k", np.array([0, 1]), np.array([0, 1]))
+    True
+    >>> a == label_digest(b"k", np.array([0, 1]), np.array([1, 1]))
+    False
+    """
+    sorted_ids, values = _canonical(ids, labels)
+    return _digest(key, sorted_ids, values)
+
+
+def _digest(key: bytes, ids: np.ndarray, labels: np.ndarray) -> bytes:
+    mac = hmac.new(key, _DOMAIN, hashlib.sha256)
+    mac.update(len(ids).to_bytes(8, "little"))
+    mac.update(ids.tobytes())
+    mac.update(labels.tobytes())
+    return mac.digest()
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    """The identity of a label set under a ledger's secret.
+
+    Attributes
+    ----------
+    fingerprint
+        Keyed fingerprint of all (id, label) pairs (32 hex digits).
+    rows
+        Number of labelled records.
+    prefixes
+        ``{j: fingerprint of the first 2^j records}`` for
+        ``MIN_PREFIX_BITS <= j`` and ``2^j < rows``.
+    public
+        Rehearsal data whose labels are public anyway (built-in synthetic or
+        bundled tables): releases are recorded but never refused.
+    """
+
+    fingerprint: str
+    rows: int
+    prefixes: dict[int, str] = field(default_factory=dict)
+    public: bool = False
+
+    @classmethod
+    def of(
+        cls, ids: np.ndarray, labels: np.ndarray, *, secret: bytes, public: bool
+    ) -> LabelSet:
+        """Fingerprint ``labels`` (one per record id in ``ids``) under ``secret``.
+
+        Examples
+        --------
+        >>> ids = np.arange(3000)
+        >>> full = LabelSet.of(ids, ids % 2, secret=b"s", public=False)
+        >>> head = LabelSet.of(ids[:2048], ids[:2048] % 2, secret=b"s", public=False)
+        >>> full.overlaps(head), full.fingerprint == head.fingerprint
+        (True, False)
+        """
+        sorted_ids, values = _canonical(ids, labels)
+        prefixes = {}
+        bits = MIN_PREFIX_BITS
+        while (1 << bits) < sorted_ids.size:
+            n = 1 << bits
+            prefixes[bits] = _digest(secret, sorted_ids[:n], values[:n]).hex()[:32]
+            bits += 1
+        return cls(
+            fingerprint=_digest(secret, sorted_ids, values).hex()[:32],
+            rows=int(sorted_ids.size),
+            prefixes=prefixes,
+            public=bool(public),
+        )
+
+    def _all_prefixes(self) -> dict[int, str]:
+        """Prefixes, the whole set included when its size is a power of two."""
+        out = dict(self.prefixes)
+        if self.rows >= 1 << MIN_PREFIX_BITS and self.rows & (self.rows - 1) == 0:
+            out[self.rows.bit_length() - 1] = self.fingerprint
+        return out
+
+    def overlaps(self, other: LabelSet) -> bool:
+        """Whether the two sets are equal or share a prefix of >= 1024 records."""
+        if self.fingerprint == other.fingerprint:
+            return True
+        mine, theirs = self._all_prefixes(), other._all_prefixes()
+        return any(theirs.get(bits) == value for bits, value in mine.items())
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready (prefix keys as strings)."""
+        return {
+            "fingerprint": self.fingerprint,
+            "rows": self.rows,
+            "prefixes": {str(k): v for k, v in self.prefixes.items()},
+            "public": self.public,
+        }
+
+    @classmethod
+    def from_dict(cls, record: dict[str, object]) -> LabelSet:
+        """Inverse of :meth:`to_dict`."""
+        prefixes = record.get("prefixes") or {}
+        if not isinstance(prefixes, dict):
+            raise ValueError(f"prefixes must be a mapping, got {prefixes!r}")
+        rows = record["rows"]
+        if not isinstance(rows, int):
+            raise ValueError(f"rows must be an int, got {rows!r}")
+        return cls(
+            fingerprint=str(record["fingerprint"]),
+            rows=rows,
+            prefixes={int(k): str(v) for k, v in prefixes.items()},
+            public=bool(record.get("public", False)),
+        )

@@ -1,0 +1,359 @@
+"""The label party's privacy-budget ledger: every release over a label set.
+
+One TPSL run is ``(eps, 0)``-DP per label (Yang et al., Theorem 4.2), but a
+user runs many times over one label set, and independent releases compose:
+pure epsilons add (basic composition, tight for pure DP; Dwork and Roth,
+Theorem 3.16), and dp-accounting's PLD accountant gives a tighter
+``(eps, delta)``. To print a true total the label party must know every
+earlier release, whatever folder, ``out-dir`` or ``--overwrite`` it came from.
+
+The ledger is a folder of the label party's own (``0700``, files ``0600``),
+outside every run folder: ``$TPSL_FLWR_LEDGER_DIR``, else
+``$XDG_DATA_HOME/tpsl-flwr/ledger``, else ``~/.local/share/tpsl-flwr/ledger``.
+It holds
+
+* ``secret.key``: 32 random bytes that key the label-set fingerprints
+  (:mod:`tpsl_flwr.label_set`); it never leaves the folder;
+* ``<fingerprint>.jsonl``: one file per label set, its first line the set's
+  identity, then one line per release (key fingerprint, mechanism, parameter,
+  placement, reuse, epochs, eps spent, time, run name). Lines are only ever
+  appended: under a lock, the file is read, one line is added and the whole
+  is written to a temporary file that replaces it (``os.replace``), so a crash
+  leaves the old file or the new one, never half a line.
+
+A release is written *before the first gradient leaves*
+(:meth:`~tpsl_flwr.label_store.LabelStore.open_release` calls
+:meth:`PrivacyLedger.record` before it returns the key).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tpsl_flwr.errors import PrivacyError
+from tpsl_flwr.label_set import LabelSet
+from tpsl_flwr.private_files import (
+    make_private_dir,
+    read_private,
+    write_private,
+)
+
+__all__ = [
+    "LEDGER_ENV",
+    "LedgerEntry",
+    "LedgerTotal",
+    "PrivacyLedger",
+    "default_ledger_dir",
+]
+
+LEDGER_ENV = "TPSL_FLWR_LEDGER_DIR"
+SECRET_FILE = "secret.key"
+LOCK_FILE = ".lock"
+FORMAT = "tpsl-flwr ledger 1"
+DELTA = 1e-5
+"""The delta at which the composed ``(eps, delta)`` total is stated."""
+
+
+def default_ledger_dir() -> Path:
+    """``$TPSL_FLWR_LEDGER_DIR``, else the user's data folder (see module doc)."""
+    explicit = os.environ.get(LEDGER_ENV)
+    if explicit:
+        return Path(explicit)
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "tpsl-flwr" / "ledger"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One release of a label set (one noise key), as the ledger records it.
+
+    Attributes
+    ----------
+    key_fingerprint
+        The public fingerprint of the release's noise key.
+    mechanism, parameter, parameter_value, num_classes, placement, reuse_noise
+        What fixes the noise (the key's binding).
+    epochs
+        Epochs the run was configured for.
+    releases
+        GradPerturb releases per label (2 at the cut layer; times epochs
+        without noise reuse).
+    epsilon
+        Pure epsilon of this release (``inf`` unprotected, ``None`` Gaussian).
+    key_origin
+        ``"os"`` or ``"seed"``.
+    run
+        The run's name (its out-dir), for people reading the ledger.
+    time
+        When it was written (UTC, ISO 8601).
+    acknowledged
+        Whether the label party acknowledged it as a further release.
+    """
+
+    key_fingerprint: str
+    mechanism: str
+    parameter: str | None
+    parameter_value: float | None
+    num_classes: int
+    placement: str
+    reuse_noise: bool
+    epochs: int
+    releases: int
+    epsilon: float | None
+    key_origin: str
+    run: str = ""
+    time: str = ""
+    acknowledged: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``inf`` as the string ``"inf"``)."""
+        out = asdict(self)
+        if out["epsilon"] is not None and math.isinf(out["epsilon"]):
+            out["epsilon"] = "inf"
+        return out
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> LedgerEntry:
+        """Inverse of :meth:`to_dict`."""
+        values = {name: record[name] for name in cls.__dataclass_fields__}
+        if values["epsilon"] == "inf":
+            values["epsilon"] = math.inf
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class LedgerTotal:
+    """The privacy spent on a label set over every release in the ledger.
+
+    Attributes
+    ----------
+    releases
+        Distinct releases (noise keys), this one included.
+    epsilon
+        Pure epsilon composed over them (their sum); ``inf`` if any release
+        was unprotected, ``None`` if one has no pure guarantee (Gaussian).
+    epsilon_at_delta
+        The epsilon at ``delta`` from dp-accounting's PLD accountant over the
+        same releases (never above ``epsilon``), or None where it is unknown.
+    delta
+        The delta of ``epsilon_at_delta``.
+    """
+
+    releases: int
+    epsilon: float | None
+    epsilon_at_delta: float | None
+    delta: float = DELTA
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``inf`` as the string ``"inf"``)."""
+        out = asdict(self)
+        for name in ("epsilon", "epsilon_at_delta"):
+            if out[name] is not None and math.isinf(out[name]):
+                out[name] = "inf"
+        return out
+
+
+class PrivacyLedger:
+    """The append-only record of releases per label set (see the module doc).
+
+    Parameters
+    ----------
+    folder
+        The ledger's folder; :func:`default_ledger_dir` when None.
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np
+    >>> ledger = PrivacyLedger(Path(tempfile.mkdtemp()) / "ledger")
+    >>> labels = ledger.label_set(np.arange(10), np.arange(10) % 2, public=False)
+    >>> ledger.entries(labels)
+    []
+    """
+
+    def __init__(self, folder: str | Path | None = None) -> None:
+        self.folder = Path(folder) if folder is not None else default_ledger_dir()
+
+    # ------------------------------------------------------------- identity
+    @property
+    def secret(self) -> bytes:
+        """The key of the label-set fingerprints (created on first use)."""
+        path = self.folder / SECRET_FILE
+        with self._locked():
+            if not path.exists():
+                write_private(path, secrets.token_bytes(32))
+            raw = read_private(path)
+        if len(raw) != 32:
+            raise PrivacyError(f"{path} is not a ledger secret ({len(raw)} bytes)")
+        return raw
+
+    def label_set(self, ids: Any, labels: Any, *, public: bool) -> LabelSet:
+        """The identity of ``labels`` (one per record id) under this ledger."""
+        return LabelSet.of(ids, labels, secret=self.secret, public=public)
+
+    # -------------------------------------------------------------- reading
+    def entries(self, label_set: LabelSet) -> list[LedgerEntry]:
+        """Every release over this set or one it overlaps, oldest first."""
+        found: list[LedgerEntry] = []
+        for known, entries in self._files():
+            if known.overlaps(label_set):
+                found.extend(entries)
+        return sorted(found, key=lambda e: e.time)
+
+    def sets(self) -> list[tuple[LabelSet, list[LedgerEntry]]]:
+        """Every label set in the ledger with its releases (for ``ledger list``)."""
+        return list(self._files())
+
+    def total(
+        self, label_set: LabelSet, extra: LedgerEntry | None = None
+    ) -> LedgerTotal:
+        """The composed spend over the set's releases (and ``extra``, if new)."""
+        latest: dict[str, LedgerEntry] = {}
+        for entry in [*self.entries(label_set), *([extra] if extra else [])]:
+            latest[entry.key_fingerprint] = _larger(
+                latest.get(entry.key_fingerprint), entry
+            )
+        return compose(list(latest.values()))
+
+    # -------------------------------------------------------------- writing
+    def record(self, label_set: LabelSet, entry: LedgerEntry) -> Path:
+        """Append ``entry`` to the set's file, atomically; return the file."""
+        make_private_dir(self.folder)
+        path = self.folder / f"{label_set.fingerprint}.jsonl"
+        stamped = entry if entry.time else _stamp(entry)
+        with self._locked():
+            old = read_private(path) if path.exists() else b""
+            if not old:
+                header = {"format": FORMAT, "label_set": label_set.to_dict()}
+                old = (json.dumps(header) + "\n").encode()
+            new = old + (json.dumps(stamped.to_dict()) + "\n").encode()
+            write_private(path, new)
+        return path
+
+    # -------------------------------------------------------------- private
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        make_private_dir(self.folder)
+        fd = os.open(self.folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _files(self) -> Iterator[tuple[LabelSet, list[LedgerEntry]]]:
+        if not self.folder.exists():
+            return
+        for path in sorted(self.folder.glob("*.jsonl")):
+            yield _read_file(path)
+
+
+def _read_file(path: Path) -> tuple[LabelSet, list[LedgerEntry]]:
+    try:
+        lines = read_private(path).decode().splitlines()
+        header = json.loads(lines[0])
+        if header.get("format") != FORMAT:
+            raise ValueError(f"format {header.get('format')!r}")
+        label_set = LabelSet.from_dict(header["label_set"])
+        entries = [LedgerEntry.from_dict(json.loads(line)) for line in lines[1:]]
+    except (ValueError, KeyError, TypeError, IndexError) as err:
+        raise PrivacyError(
+            f"{path} is not a ledger file ({err}); the ledger cannot be trusted, "
+            "so no total can be printed: restore the file or move it aside"
+        ) from None
+    return label_set, entries
+
+
+def _stamp(entry: LedgerEntry) -> LedgerEntry:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return LedgerEntry(**{**asdict(entry), "time": now})
+
+
+def _larger(old: LedgerEntry | None, new: LedgerEntry) -> LedgerEntry:
+    """A release recorded twice (resumed with more epochs) counts at its largest."""
+    if old is None:
+        return new
+    return new if _order(new.epsilon) >= _order(old.epsilon) else old
+
+
+def _order(epsilon: float | None) -> float:
+    return math.inf if epsilon is None else epsilon
+
+
+def compose(entries: list[LedgerEntry], delta: float = DELTA) -> LedgerTotal:
+    """Compose independent releases: pure eps adds; PLD where it is tighter.
+
+    Examples
+    --------
+    >>> a = LedgerEntry("k1", "laplace", "epsilon", 1.0, 2, "logits", True, 3,
+    ...                 1, 1.0, "os")
+    >>> b = LedgerEntry("k2", "laplace", "epsilon", 2.0, 2, "logits", True, 1,
+    ...                 1, 2.0, "os")
+    >>> total = compose([a, b])
+    >>> total.releases, total.epsilon, total.epsilon_at_delta <= 3.0
+    (2, 3.0, True)
+
+    Laplace (add/remove) and randomized response (replace-one) share no
+    accountant: only the pure sum is stated then.
+
+    >>> c = LedgerEntry("k3", "discrete", "epsilon", 1.0, 2, "logits", True, 1,
+    ...                 1, 1.0, "os")
+    >>> compose([a, c]).epsilon, compose([a, c]).epsilon_at_delta
+    (2.0, None)
+    """
+    if not entries:
+        return LedgerTotal(0, 0.0, 0.0, delta)
+    pure: float | None = 0.0
+    for entry in entries:
+        if entry.epsilon is None or pure is None:
+            pure = None
+        else:
+            pure += entry.epsilon
+    at_delta = _pld_epsilon(entries, delta)
+    if pure is not None and at_delta is not None:
+        at_delta = min(at_delta, pure)
+    return LedgerTotal(len(entries), pure, at_delta, delta)
+
+
+def _pld_epsilon(entries: list[LedgerEntry], delta: float) -> float | None:
+    """dp-accounting's PLD epsilon over the releases' events (None if unknown)."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from tpsl_flwr.privacy.mechanisms import make_mechanism
+
+    if any(e.epsilon is not None and math.isinf(e.epsilon) for e in entries):
+        return math.inf
+    events: list[dp_accounting.DpEvent] = []
+    neighboring = set()
+    for entry in entries:
+        if entry.parameter is None or entry.parameter_value is None:
+            return None
+        if entry.mechanism == "gaussian" and entry.placement != "logits":
+            return None
+        mechanism = make_mechanism(
+            entry.mechanism,
+            num_classes=entry.num_classes,
+            **{entry.parameter: entry.parameter_value},
+        )
+        events.extend([mechanism.dp_event()] * entry.releases)
+        neighboring.add(mechanism.neighboring)
+    if len(neighboring) != 1:
+        # Laplace (add/remove) and randomized response (replace-one) do not
+        # share one accountant: only the pure sum is stated then.
+        return None
+    accountant = pld_privacy_accountant.PLDAccountant(
+        neighboring.pop(), value_discretization_interval=1e-3
+    )
+    accountant.compose(dp_accounting.ComposedDpEvent(events))
+    return float(accountant.get_epsilon(delta))

@@ -1,0 +1,117 @@
+"""What fixes a release's noise: the settings, the id space and the labels.
+
+A noise key is bound to a :class:`NoiseBinding` (Yang et al., Section 6: each
+sample's noise is drawn once and reused, so a key serves exactly one release).
+Two runs may share a key only if their bindings and labels are equal; every
+fresh run's key is derived from both (:meth:`NoiseBinding.context`), so two
+settings never share noise words. :class:`LabelRecords` are the labels the
+label party holds for a run, identified by content in the privacy ledger.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tpsl_flwr.privacy.mechanisms import Mechanism
+
+__all__ = ["NOT_NOISE", "LabelRecords", "NoiseBinding"]
+
+NOT_NOISE = frozenset({"validation-fraction"})
+"""Bound settings that a resume must keep but that fix no noise word.
+
+Which ids are held out for validation: the held-out ids' noisy labels are the
+same draws (the transcript stream of epoch 0) whether they are held out or
+trained on, so two runs that differ only here release the same noisy labels.
+"""
+
+
+@dataclass(frozen=True)
+class NoiseBinding:
+    """Every setting that fixes the noise a key releases, by kebab-case name.
+
+    Two runs may share a key only if their bindings are equal: then every
+    sample id names the same record and gets the same noise.
+
+    Examples
+    --------
+    >>> from tpsl_flwr.privacy.mechanisms import make_mechanism
+    >>> a = NoiseBinding.of(
+    ...     mechanism=make_mechanism("laplace", epsilon=1.0),
+    ...     placement="logits",
+    ...     reuse_noise=True,
+    ...     id_space={"dataset": "digits", "id-space": "ab12"},
+    ... )
+    >>> b = NoiseBinding.of(
+    ...     mechanism=make_mechanism("laplace", epsilon=4.0),
+    ...     placement="logits",
+    ...     reuse_noise=True,
+    ...     id_space={"dataset": "digits", "id-space": "ab12"},
+    ... )
+    >>> a.changes(b)
+    ['epsilon (1.0 -> 4.0)']
+    """
+
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        mechanism: Mechanism,
+        placement: str,
+        reuse_noise: bool,
+        id_space: Mapping[str, Any],
+    ) -> NoiseBinding:
+        """The binding of a mechanism, its placement and an id space."""
+        settings: dict[str, Any] = {
+            "mechanism": mechanism.name,
+            "epsilon": None,
+            "sigma": None,
+            "num-classes": mechanism.num_classes,
+            "placement": placement,
+            "reuse-noise": bool(reuse_noise),
+        }
+        if mechanism.parameter is not None:
+            settings[mechanism.parameter] = mechanism.parameter_value
+        settings.update(id_space)
+        return cls(settings)
+
+    def changes(self, other: NoiseBinding) -> list[str]:
+        """The settings that differ, as ``"name (old -> new)"``, in a fixed order."""
+        old, new = self.settings, other.settings
+        names = list(old) + [n for n in new if n not in old]
+        return [
+            f"{name} ({old.get(name)!r} -> {new.get(name)!r})"
+            for name in names
+            if old.get(name) != new.get(name)
+        ]
+
+    def context(self, label_check: bytes) -> bytes:
+        """The bytes a release key is derived from: the settings and the labels.
+
+        Everything in the binding but :data:`NOT_NOISE` (settings that a resume
+        must keep, but that do not change which noise a record gets), then the
+        keyed digest of the labels.
+        """
+        noise = {k: v for k, v in self.settings.items() if k not in NOT_NOISE}
+        text = json.dumps(noise, sort_keys=True, default=str)
+        return text.encode() + b"\x00" + label_check
+
+
+@dataclass(frozen=True)
+class LabelRecords:
+    """Every label the label party holds for a run, with its record ids.
+
+    Train, validation and test labels together: a run over another split of
+    the same table releases labels of the same set. Record ids must be stable
+    ids of the records (a row limit keeps the first ones), never wire
+    positions that change with the split.
+    """
+
+    ids: np.ndarray
+    labels: np.ndarray
