@@ -303,3 +303,145 @@ def test_a_sweep_over_a_files_labels_is_one_acknowledged_decision(
         for name in done["ran"]
     )
     assert totals == [1.0, 3.0]  # the second run's total counts the first
+
+
+def test_a_fresh_run_in_the_same_folder_does_not_replace_its_key_silently(tmp_path):
+    """Item 2: ``open_release(resume=False)`` replaced a bound key silently."""
+    first = open_release(tmp_path / "lp")
+    before = (tmp_path / "lp" / "noise-key.json").read_bytes()
+    with pytest.raises(PrivacyError, match="further release"):
+        open_release(tmp_path / "lp")
+    assert (tmp_path / "lp" / "noise-key.json").read_bytes() == before
+    assert open_release(tmp_path / "lp", resume=True).key == first.key
+
+
+# ------------------------------------------- found by the adversarial review
+def _race(i, folder, barrier, queue):
+    import os
+
+    os.environ.update(folder)
+    barrier.wait()
+    try:
+        open_release(f"{folder['TPSL_FLWR_LEDGER_DIR']}-run{i}")
+        queue.put("admitted")
+    except PrivacyError:
+        queue.put("refused")
+
+
+def test_two_runs_started_at_once_are_admitted_one_after_the_other(tmp_path):
+    import multiprocessing as mp
+    import os
+
+    # Prepare: two processes that open a release of the same labels together.
+    context = mp.get_context("fork")
+    barrier, queue = context.Barrier(2), context.Queue()
+    env = {"TPSL_FLWR_LEDGER_DIR": os.environ["TPSL_FLWR_LEDGER_DIR"]}
+    workers = [
+        context.Process(target=_race, args=(i, env, barrier, queue)) for i in (0, 1)
+    ]
+    # Execute
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    # Assert: the check and the append are one step under the ledger's lock.
+    assert sorted(queue.get(timeout=5) for _ in workers) == ["admitted", "refused"]
+    ((_, entries),) = PrivacyLedger().sets()
+    assert len(entries) == 1
+
+
+def test_row_limits_of_64_records_and_more_are_linked(tmp_path):
+    open_release(tmp_path / "head", labels=LabelRecords(IDS[:100], Y[:100]))
+    with pytest.raises(PrivacyError, match="released 1 time"):
+        open_release(tmp_path / "all")
+    with pytest.raises(PrivacyError, match="released 1 time"):
+        open_release(tmp_path / "other", labels=LabelRecords(IDS[:70], Y[:70]))
+
+
+def test_a_data_file_with_fewer_than_64_labelled_rows_is_refused(tmp_path, criteo_file):
+    from tpsl_flwr.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="at least 64"):
+        run_experiment(_criteo(tmp_path / "run", criteo_file, rows=50))
+
+
+def test_a_resume_that_spends_more_is_recorded_for_every_mechanism(tmp_path):
+    """The Gaussian resume to more epochs was never recorded (its eps is None)."""
+    cases = (("gaussian", {"sigma": 1.0}, Y), ("laplace", {"epsilon": 1.0}, 1 - Y))
+    for mechanism, params, labels in cases:
+        mech = make_mechanism(mechanism, **params)
+        binding = NoiseBinding.of(
+            mechanism=mech, placement="logits", reuse_noise=False, id_space=SPACE
+        )
+        for resume, epochs in ((False, 1), (True, 10)):
+            LabelStore(tmp_path / mechanism).open_release(
+                binding,
+                resume=resume,
+                labels=LabelRecords(IDS, labels),
+                privacy=privacy_spent(mechanism=mech, epochs=epochs, reuse_noise=False),
+                public_labels=True,
+            )
+        ledger = PrivacyLedger()
+        label_set = ledger.label_set(IDS, labels, public=True)
+        entries = ledger.entries(label_set)
+        assert [e.releases for e in entries] == [1, 10]
+        ten = privacy_spent(mechanism=mech, epochs=10, reuse_noise=False)
+        total = ledger.total(label_set)
+        assert total.releases == 1  # one key, at its largest spend
+        assert total.epsilon_at_delta == pytest.approx(ten.epsilon_at_delta, rel=1e-3)
+
+
+def test_an_acknowledgement_is_used_up_by_a_refused_run_and_expires(tmp_path):
+    open_release(tmp_path / "a")
+    store = LabelStore(tmp_path / "b")
+    path = store.acknowledge_new_release(budget=1.5)
+    with pytest.raises(PrivacyError, match="above the budget"):
+        open_release(tmp_path / "b")
+    assert not path.exists()
+    with pytest.raises(PrivacyError, match="further release"):
+        open_release(tmp_path / "b", epsilon=0.5)
+    # An acknowledgement nobody used for a day is dropped, not applied.
+    path = store.acknowledge_new_release()
+    record = json.loads(path.read_bytes())
+    record["written"] -= 25 * 3600
+    from tpsl_flwr.private_files import write_private
+
+    write_private(path, json.dumps(record).encode())
+    with pytest.raises(PrivacyError, match="further release"):
+        open_release(tmp_path / "b")
+
+
+def test_privacy_computed_for_other_settings_than_the_binding_is_refused(tmp_path):
+    from tpsl_flwr.errors import ConfigError
+
+    mechanism = make_mechanism("laplace", epsilon=1.0)
+    binding = NoiseBinding.of(
+        mechanism=mechanism, placement="cut", reuse_noise=True, id_space=SPACE
+    )
+    with pytest.raises(ConfigError, match="placement 'logits' but the binding"):
+        LabelStore(tmp_path / "lp").open_release(
+            binding,
+            resume=False,
+            labels=LabelRecords(IDS, Y),
+            privacy=privacy_spent(mechanism=mechanism),  # logits by default
+        )
+    assert PrivacyLedger().sets() == []
+
+
+def test_a_strategy_spending_more_than_its_release_recorded_is_refused(tmp_path):
+    from tpsl_flwr.release_record import check_spend
+
+    release = open_release(tmp_path / "lp")
+    mechanism = make_mechanism("laplace", epsilon=1.0)
+    check_spend(release.ledger, privacy_spent(mechanism=mechanism, epochs=5))
+    more = privacy_spent(mechanism=mechanism, epochs=5, reuse_noise=False)
+    with pytest.raises(PrivacyError, match=r"spends 5 release\(s\) per label"):
+        check_spend(release.ledger, more)
+
+
+def test_a_relative_ledger_folder_is_refused(monkeypatch):
+    from tpsl_flwr.ledger import LEDGER_ENV, default_ledger_dir
+
+    monkeypatch.setenv(LEDGER_ENV, "ledger")
+    with pytest.raises(PrivacyError, match="must be an absolute path"):
+        default_ledger_dir()

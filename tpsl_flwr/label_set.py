@@ -12,9 +12,16 @@ checked against guessed label vectors.
 One row limit of the same file (``rows = 100000`` after ``rows = 0``) is a
 subset of it: besides the whole set, the first ``2^j`` records
 (``j >= MIN_PREFIX_BITS``) are fingerprinted too, and two sets that share a
-prefix fingerprint share at least those ``2^j`` labelled records. Two
-unrelated tables share a prefix only if their first 1024 (id, label) pairs are
-equal, which for real labels means they are the same labels.
+prefix fingerprint share at least those ``2^j`` labelled records, so any two
+row limits of one file of at least 64 rows each are linked. Two unrelated
+tables share a prefix only if their first 64 (id, label) pairs are equal: for
+real labels, the same labels, or by chance for very sparse labels (two tables
+of 3% positives whose first 64 records are all negative, ~2% of such pairs),
+where the ledger then counts one table's releases against the other: it errs
+towards a larger total, never a smaller one. A label set of fewer than
+:data:`MIN_RECORDS` records cannot be linked to its other row limits, and the
+label party refuses to release one of a data file
+(:func:`~tpsl_flwr.experiments.experiment.build_strategy`).
 """
 
 from __future__ import annotations
@@ -27,10 +34,12 @@ import numpy as np
 
 from tpsl_flwr.errors import ConfigError
 
-__all__ = ["MIN_PREFIX_BITS", "LabelSet", "label_digest"]
+__all__ = ["MIN_PREFIX_BITS", "MIN_RECORDS", "LabelSet", "label_digest"]
 
-MIN_PREFIX_BITS = 10
-"""Prefixes of fewer than ``2^10`` records are not compared (too few to identify)."""
+MIN_PREFIX_BITS = 6
+"""Prefixes of fewer than ``2^6`` records are not compared (too few to identify)."""
+MIN_RECORDS = 1 << MIN_PREFIX_BITS
+"""The fewest records whose label set is linked to its other row limits."""
 _DOMAIN = b"tpsl-flwr label set v1"
 
 
@@ -135,7 +144,7 @@ class LabelSet:
         return out
 
     def overlaps(self, other: LabelSet) -> bool:
-        """Whether the two sets are equal or share a prefix of >= 1024 records."""
+        """Whether the two sets are equal or share a prefix of >= 64 records."""
         if self.fingerprint == other.fingerprint:
             return True
         mine, theirs = self._all_prefixes(), other._all_prefixes()

@@ -39,6 +39,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,8 @@ __all__ = ["LabelRecords", "LabelStore", "LedgerView", "NoiseBinding", "Release"
 KEY_FILE = "noise-key.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 ACK_FILE = "new-release.json"
+ACK_LIFETIME_S = 24 * 3600.0
+"""An acknowledgement older than this (or from the future) is dropped unused."""
 KEY_FORMAT = "tpsl-flwr noise key 2"
 ORIGINS = ("os", "seed")
 
@@ -148,7 +151,9 @@ class LabelStore:
 
         The label party's decision, kept in its own folder (never run config,
         which the nodes receive): ``tpsl-flwr ledger acknowledge`` and every
-        ``--new-release`` flag call this. The next fresh run consumes it.
+        ``--new-release`` flag call this. The next fresh run uses it up,
+        admitted or refused; a resume drops it; after ``ACK_LIFETIME_S``
+        (24 hours) it is dropped unused.
 
         Parameters
         ----------
@@ -160,7 +165,11 @@ class LabelStore:
         """
         if budget is not None and not (budget > 0 and math.isfinite(budget)):
             raise ConfigError(f"budget must be > 0 and finite, got {budget}")
-        record = {"new_release": bool(new_release), "budget": budget}
+        record = {
+            "new_release": bool(new_release),
+            "budget": budget,
+            "written": time.time(),
+        }
         return write_private(self.folder / ACK_FILE, json.dumps(record).encode())
 
     def open_release(
@@ -231,13 +240,19 @@ class LabelStore:
             root, origin = NoiseKey.from_os(), "os"
         check = label_digest(root.key, labels.ids, labels.labels)
         key = root.derive(binding.context(check))
-        view = admit_release(
-            book,
-            label_set,
-            ledger_entry(key, origin, binding, privacy, run_name, acknowledged),
-            acknowledged=acknowledged,
-            budget=budget if budget is not None else ack_budget,
-        )
+        try:
+            view = admit_release(
+                book,
+                label_set,
+                ledger_entry(key, origin, binding, privacy, run_name, acknowledged),
+                acknowledged=acknowledged,
+                budget=budget if budget is not None else ack_budget,
+            )
+        except PrivacyError:
+            # An acknowledgement is for one run: a refused run uses it up too,
+            # so that it cannot admit some later run by surprise.
+            (self.folder / ACK_FILE).unlink(missing_ok=True)
+            raise
         self.checkpoint_path.unlink(missing_ok=True)
         self._write_key(key, origin, binding, self._label_check(key, labels))
         (self.folder / ACK_FILE).unlink(missing_ok=True)
@@ -315,6 +330,10 @@ class LabelStore:
             budget = record.get("budget")
             if budget is not None and not isinstance(budget, (int, float)):
                 raise ValueError(f"budget {budget!r}")
+            if not 0 <= time.time() - float(record["written"]) <= ACK_LIFETIME_S:
+                # A decision left for a run that never came: not this run's.
+                path.unlink()
+                return None, False
             return budget, bool(record["new_release"])
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise PrivacyError(f"{path} is not an acknowledgement: {err}") from None

@@ -34,7 +34,7 @@ import math
 import os
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,6 +53,8 @@ __all__ = [
     "LedgerEntry",
     "LedgerTotal",
     "PrivacyLedger",
+    "compose",
+    "compose_latest",
     "default_ledger_dir",
 ]
 
@@ -65,9 +67,22 @@ DELTA = 1e-5
 
 
 def default_ledger_dir() -> Path:
-    """``$TPSL_FLWR_LEDGER_DIR``, else the user's data folder (see module doc)."""
+    """``$TPSL_FLWR_LEDGER_DIR``, else the user's data folder (see module doc).
+
+    Raises
+    ------
+    PrivacyError
+        If ``$TPSL_FLWR_LEDGER_DIR`` is a relative path: the CLI and a
+        ServerApp started by ``flwr run`` have different working folders and
+        would keep two ledgers.
+    """
     explicit = os.environ.get(LEDGER_ENV)
     if explicit:
+        if not Path(explicit).is_absolute():
+            raise PrivacyError(
+                f"{LEDGER_ENV} must be an absolute path, got {explicit!r}: a "
+                "relative one names another ledger in every working folder"
+            )
         return Path(explicit)
     data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(data) / "tpsl-flwr" / "ledger"
@@ -217,20 +232,36 @@ class PrivacyLedger:
         self, label_set: LabelSet, extra: LedgerEntry | None = None
     ) -> LedgerTotal:
         """The composed spend over the set's releases (and ``extra``, if new)."""
-        latest: dict[str, LedgerEntry] = {}
-        for entry in [*self.entries(label_set), *([extra] if extra else [])]:
-            latest[entry.key_fingerprint] = _larger(
-                latest.get(entry.key_fingerprint), entry
-            )
-        return compose(list(latest.values()))
+        return compose_latest([*self.entries(label_set), *([extra] if extra else [])])
+
+    def total_now(self, fingerprint: str) -> LedgerTotal | None:
+        """The current total of the set with this fingerprint (None if unknown)."""
+        for label_set, _ in self._files():
+            if label_set.fingerprint == fingerprint:
+                return self.total(label_set)
+        return None
 
     # -------------------------------------------------------------- writing
     def record(self, label_set: LabelSet, entry: LedgerEntry) -> Path:
         """Append ``entry`` to the set's file, atomically; return the file."""
+        return self.admit(label_set, entry, lambda earlier: None)
+
+    def admit(
+        self,
+        label_set: LabelSet,
+        entry: LedgerEntry,
+        decide: Callable[[list[LedgerEntry]], None],
+    ) -> Path:
+        """Append ``entry`` if ``decide(earlier entries)`` does not raise.
+
+        The check and the append happen under one lock, so two runs started
+        at once over the same labels cannot both see "no earlier release".
+        """
         make_private_dir(self.folder)
         path = self.folder / f"{label_set.fingerprint}.jsonl"
         stamped = entry if entry.time else _stamp(entry)
         with self._locked():
+            decide(self.entries(label_set))
             old = read_private(path) if path.exists() else b""
             if not old:
                 header = {"format": FORMAT, "label_set": label_set.to_dict()}
@@ -269,7 +300,8 @@ def _read_file(path: Path) -> tuple[LabelSet, list[LedgerEntry]]:
     except (ValueError, KeyError, TypeError, IndexError) as err:
         raise PrivacyError(
             f"{path} is not a ledger file ({err}); the ledger cannot be trusted, "
-            "so no total can be printed: restore the file or move it aside"
+            "so no release is admitted and no total printed until it is restored "
+            "from a backup (moving it aside would forget those releases)"
         ) from None
     return label_set, entries
 
@@ -280,14 +312,24 @@ def _stamp(entry: LedgerEntry) -> LedgerEntry:
 
 
 def _larger(old: LedgerEntry | None, new: LedgerEntry) -> LedgerEntry:
-    """A release recorded twice (resumed with more epochs) counts at its largest."""
+    """A release recorded twice (resumed with more epochs) counts at its largest.
+
+    Both lines name one key, so one binding: the spend grows with the number
+    of releases per label (fresh noise per epoch), for every mechanism.
+    """
     if old is None:
         return new
-    return new if _order(new.epsilon) >= _order(old.epsilon) else old
+    return new if new.releases >= old.releases else old
 
 
-def _order(epsilon: float | None) -> float:
-    return math.inf if epsilon is None else epsilon
+def compose_latest(entries: list[LedgerEntry]) -> LedgerTotal:
+    """:func:`compose` over distinct keys, each at its largest recorded spend."""
+    latest: dict[str, LedgerEntry] = {}
+    for entry in entries:
+        latest[entry.key_fingerprint] = _larger(
+            latest.get(entry.key_fingerprint), entry
+        )
+    return compose(list(latest.values()))
 
 
 def compose(entries: list[LedgerEntry], delta: float = DELTA) -> LedgerTotal:

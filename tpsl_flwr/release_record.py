@@ -9,17 +9,28 @@ resume, each before the key is returned, so before any gradient leaves
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from tpsl_flwr.errors import PrivacyError
+from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.label_set import LabelSet
-from tpsl_flwr.ledger import LedgerEntry, LedgerTotal, PrivacyLedger
+from tpsl_flwr.ledger import LedgerEntry, LedgerTotal, PrivacyLedger, compose_latest
 from tpsl_flwr.noise_binding import NoiseBinding
 from tpsl_flwr.privacy.accounting import PrivacySpent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 
-__all__ = ["LedgerView", "admit_release", "continue_release", "ledger_entry"]
+__all__ = [
+    "LedgerView",
+    "admit_release",
+    "check_spend",
+    "continue_release",
+    "ledger_entry",
+]
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 @dataclass(frozen=True)
@@ -32,9 +43,12 @@ class LedgerView:
         Keyed fingerprint of the labels (never leaves the label party).
     epsilon_spent
         This release's pure epsilon.
+    releases
+        GradPerturb releases per label this release was recorded for.
     total
-        Composed over every release of the label set in the ledger, this one
-        included.
+        Composed over every release of the label set in the ledger when this
+        one was recorded (``as_of``), this one included. A later release
+        raises the set's total; ``tpsl-flwr ledger show`` gives it now.
     earlier
         Releases of the set (other keys) recorded before this one.
     public_labels
@@ -43,15 +57,19 @@ class LedgerView:
         Whether the label party acknowledged a further release.
     folder
         The ledger's folder.
+    as_of
+        When ``total`` was read (UTC, ISO 8601).
     """
 
     label_set: str
     epsilon_spent: float | None
+    releases: int
     total: LedgerTotal
     earlier: int
     public_labels: bool
     acknowledged: bool
     folder: str
+    as_of: str = field(default_factory=_now)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -61,7 +79,9 @@ class LedgerView:
             "epsilon_spent": "inf"
             if spent is not None and math.isinf(spent)
             else spent,
+            "releases": self.releases,
             "total": self.total.to_dict(),
+            "as_of": self.as_of,
             "earlier_releases": self.earlier,
             "public_labels": self.public_labels,
             "acknowledged": self.acknowledged,
@@ -79,6 +99,10 @@ def admit_release(
 ) -> LedgerView:
     """Record a fresh release, or refuse it (nothing is written then).
 
+    The check and the append run under the ledger's lock
+    (:meth:`PrivacyLedger.admit`): two runs started at once over the same
+    labels are admitted one after the other, the second seeing the first.
+
     Raises
     ------
     PrivacyError
@@ -86,25 +110,31 @@ def admit_release(
         acknowledge a further one (rehearsal sets excepted), or if the total
         would exceed ``budget``.
     """
-    earlier = {e.key_fingerprint for e in book.entries(label_set)}
-    earlier.discard(entry.key_fingerprint)
-    if earlier and not (acknowledged or label_set.public):
-        total = book.total(label_set, extra=entry)
-        raise PrivacyError(
-            f"these labels (label set {label_set.fingerprint}, {label_set.rows} "
-            f"records) were released {len(earlier)} time(s) before under other "
-            f"keys (ledger {book.folder}); a new run is a further release and "
-            f"the total would be epsilon {_text(total.epsilon)}. Resume the "
-            "earlier run, or acknowledge a further release (--new-release, "
-            "tpsl-flwr ledger acknowledge, or new_release=True)"
-        )
-    total = _check_budget(book, label_set, entry, budget)
-    book.record(label_set, entry)
+    seen: dict[str, Any] = {}
+
+    def decide(entries: list[LedgerEntry]) -> None:
+        earlier = {e.key_fingerprint for e in entries} - {entry.key_fingerprint}
+        total = compose_latest([*entries, entry])
+        if earlier and not (acknowledged or label_set.public):
+            raise PrivacyError(
+                f"these labels (label set {label_set.fingerprint}, "
+                f"{label_set.rows} records) were released {len(earlier)} time(s) "
+                f"before under other keys (ledger {book.folder}); a new run is a "
+                f"further release and the total would be epsilon "
+                f"{_text(total.epsilon)}. Resume the earlier run, or acknowledge a "
+                "further release (--new-release, tpsl-flwr ledger acknowledge, or "
+                "new_release=True)"
+            )
+        _check_budget(label_set, total, budget)
+        seen.update(earlier=len(earlier), total=total)
+
+    book.admit(label_set, entry, decide)
     return LedgerView(
         label_set.fingerprint,
         entry.epsilon,
-        total,
-        len(earlier),
+        entry.releases,
+        seen["total"],
+        seen["earlier"],
         label_set.public,
         acknowledged,
         str(book.folder),
@@ -122,24 +152,58 @@ def continue_release(
 
     A release the ledger does not hold yet (a key file from before the
     ledger, or another ledger folder), or one that now spends more (fresh
-    noise per epoch and more epochs), is recorded before the run goes on.
+    noise per epoch and more epochs: more releases per label, for every
+    mechanism, Gaussian included), is recorded before the run goes on.
     """
-    entries = book.entries(label_set)
-    recorded = [e for e in entries if e.key_fingerprint == entry.key_fingerprint]
-    total = book.total(label_set, extra=entry)
-    if not recorded or _order(entry.epsilon) > max(_order(e.epsilon) for e in recorded):
-        total = _check_budget(book, label_set, entry, budget)
-        book.record(label_set, entry)
-    earlier = {e.key_fingerprint for e in entries} - {entry.key_fingerprint}
+    seen: dict[str, Any] = {}
+
+    def decide(entries: list[LedgerEntry]) -> None:
+        mine = [e for e in entries if e.key_fingerprint == entry.key_fingerprint]
+        seen["earlier"] = len(
+            {e.key_fingerprint for e in entries} - {entry.key_fingerprint}
+        )
+        seen["total"] = compose_latest([*entries, entry])
+        if mine and entry.releases <= max(e.releases for e in mine):
+            raise _AlreadyRecorded
+        _check_budget(label_set, seen["total"], budget)
+
+    try:
+        book.admit(label_set, entry, decide)
+    except _AlreadyRecorded:
+        pass
     return LedgerView(
         label_set.fingerprint,
         entry.epsilon,
-        total,
-        len(earlier),
+        entry.releases,
+        seen["total"],
+        seen["earlier"],
         label_set.public,
         True,
         str(book.folder),
     )
+
+
+class _AlreadyRecorded(Exception):
+    """The resumed release is in the ledger at this spend: nothing to append."""
+
+
+def check_spend(view: LedgerView | None, spent: PrivacySpent) -> None:
+    """Refuse a strategy that spends more than its release recorded.
+
+    Raises
+    ------
+    PrivacyError
+        If ``spent`` (the strategy's epochs, placement, reuse) composes more
+        releases per label than the ledger line written for it.
+    """
+    if view is not None and spent.releases > view.releases:
+        raise PrivacyError(
+            f"this strategy spends {spent.releases} release(s) per label "
+            f"({spent.epochs} epochs, placement {spent.placement}, reuse-noise "
+            f"{spent.reuse_noise}) but its release was recorded for "
+            f"{view.releases}: open the release with the strategy's own "
+            "privacy_spent(...)"
+        )
 
 
 def ledger_entry(
@@ -150,8 +214,27 @@ def ledger_entry(
     run_name: str,
     acknowledged: bool,
 ) -> LedgerEntry:
-    """The ledger line of a release under ``key`` with ``binding``."""
+    """The ledger line of a release under ``key`` with ``binding``.
+
+    Raises
+    ------
+    ConfigError
+        If ``privacy`` was computed for another mechanism, placement or
+        noise reuse than ``binding`` names (the ledger would record a wrong
+        epsilon).
+    """
     settings = binding.settings
+    for name, theirs in (
+        ("mechanism", privacy.mechanism),
+        ("placement", privacy.placement),
+        ("reuse-noise", privacy.reuse_noise),
+    ):
+        if name in settings and settings[name] != theirs:
+            raise ConfigError(
+                f"privacy was computed for {name} {theirs!r} but the binding "
+                f"names {settings[name]!r}: pass privacy_spent(...) of the run's "
+                "own mechanism, placement, epochs and reuse"
+            )
     parameter = next(
         (p for p in ("epsilon", "sigma") if settings.get(p) is not None), None
     )
@@ -173,22 +256,16 @@ def ledger_entry(
 
 
 def _check_budget(
-    book: PrivacyLedger, label_set: LabelSet, entry: LedgerEntry, budget: float | None
-) -> LedgerTotal:
-    total = book.total(label_set, extra=entry)
+    label_set: LabelSet, total: LedgerTotal, budget: float | None
+) -> None:
     if budget is None:
-        return total
+        return
     if total.epsilon is None or total.epsilon > budget:
         raise PrivacyError(
             f"this release would take label set {label_set.fingerprint} to a total "
             f"epsilon of {_text(total.epsilon)} over {total.releases} release(s), "
             f"above the budget {budget}; nothing was released"
         )
-    return total
-
-
-def _order(epsilon: float | None) -> float:
-    return math.inf if epsilon is None else epsilon
 
 
 def _text(epsilon: float | None) -> str:

@@ -106,7 +106,9 @@ _LEDGER: Fields = {
     # fingerprint of the labels) never leaves the label party, and its
     # ``folder`` is a machine path.
     "epsilon_spent": None,
+    "releases": None,
     "total": dict.fromkeys(("releases", "epsilon", "epsilon_at_delta", "delta")),
+    "as_of": None,
     "earlier_releases": None,
     "public_labels": None,
     "acknowledged": None,
@@ -168,6 +170,7 @@ PUBLIC_RUN_COLUMNS = (
     "train_samples",
     "epsilon_spent",
     "epsilon_total",
+    "epsilon_total_now",
     "key_origin",
     "rehearsal",
     "samples_per_second",

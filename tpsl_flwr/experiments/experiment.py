@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from flwr.serverapp import Grid
 
-from tpsl_flwr.data.builtin import DATASETS
+from tpsl_flwr.data.builtin import DATASETS, FILE_DATASETS
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.architecture import build_top
 from tpsl_flwr.experiments.audience import (
@@ -25,6 +25,7 @@ from tpsl_flwr.experiments.audience import (
 )
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run_report import write_report
+from tpsl_flwr.label_set import MIN_RECORDS
 from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.models import num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
@@ -88,6 +89,14 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
             "validation-fraction": cfg.validation_fraction,
         },
     )
+    records = labels.train_labels.size + labels.test_labels.size
+    if cfg.dataset in FILE_DATASETS and records < MIN_RECORDS:
+        raise ConfigError(
+            f"rows = {cfg.rows} leaves {records} labelled records of {cfg.data_path}: "
+            f"the privacy ledger needs at least {MIN_RECORDS} to recognise these "
+            "labels in the file's other row limits; use rows >= "
+            f"{MIN_RECORDS} (or 0 for the whole file)"
+        )
     store = LabelStore(cfg.label_party_dir)
     provide_seeded_key(cfg)
     release = store.open_release(

@@ -90,6 +90,7 @@ CSV_COLUMNS = (
     *UNCERTAINTY_COLUMNS,
     "epsilon_spent",
     "epsilon_total",
+    "epsilon_total_now",
     "key_origin",
     "rehearsal",
     "samples_per_second",
@@ -223,6 +224,20 @@ def write_public_csv(rows: list[dict[str, Any]], path: Path) -> Path:
     return write_shareable(path, csv_text(rows, columns))
 
 
+def _totals_now(rows: list[dict[str, Any]], label_sets: list[str | None]) -> None:
+    """Each row's label-set total as the ledger has it now (after every run).
+
+    ``epsilon_total`` is as of the run's own release; a later run over the
+    same labels raises the set's total, which ``epsilon_total_now`` shows.
+    """
+    from tpsl_flwr.ledger import PrivacyLedger
+
+    ledger = PrivacyLedger()
+    for row, label_set in zip(rows, label_sets, strict=True):
+        total = ledger.total_now(label_set) if label_set else None
+        row["epsilon_total_now"] = None if total is None else total.to_dict()["epsilon"]
+
+
 def check_releases(specs: list[Any], new_release: bool) -> None:
     """Refuse, before any run, a sweep that would release a file's labels twice.
 
@@ -308,6 +323,7 @@ def run_sweep(
     ran: list[str] = []
     skipped: list[str] = []
     rows: list[dict[str, Any]] = []
+    label_sets: list[str | None] = []
     # Flower sets its logger to DEBUG on import: quiet it after importing it.
     level = FLOWER_LOGGER.level
     FLOWER_LOGGER.setLevel(logging.WARNING)
@@ -323,8 +339,10 @@ def run_sweep(
             else:
                 skipped.append(spec.name)
             rows.append(run_row(spec.name, results))
+            label_sets.append((results.get("ledger") or {}).get("label_set"))
     finally:
         FLOWER_LOGGER.setLevel(level)
+    _totals_now(rows, label_sets)
     write_csv(rows, out / "runs.csv")
     files = [out / "runs.csv", write_tables(rows, out / "tables.md")]
     files += write_plots(rows, out)

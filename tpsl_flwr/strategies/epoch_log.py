@@ -19,7 +19,7 @@ from flwr.serverapp.strategy import Result
 from tpsl_flwr.attacks.ceiling import BELOW
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.accounting import PrivacySpent
-from tpsl_flwr.release_record import LedgerView
+from tpsl_flwr.release_record import LedgerView, check_spend
 
 __all__ = ["TPSLResult", "log_settings", "progress_line", "record_epoch"]
 
@@ -124,6 +124,13 @@ def log_settings(
     With ``ledger`` (a release from ``LabelStore.open_release``), the label
     set's total over every recorded release; without one, a protected run
     warns that no ledger records it.
+
+    Raises
+    ------
+    PrivacyError
+        If the run spends more releases per label than its ledger line
+        recorded (:func:`~tpsl_flwr.release_record.check_spend`): the strategy
+        starts no node then.
     """
     mech = party.mechanism
     param = f"{mech.parameter}={mech.parameter_value}" if mech.parameter else "no noise"
@@ -137,6 +144,7 @@ def log_settings(
         party.reuse_noise,
     )
     log(INFO, "\t├── Epsilon spent per label: %s", spent.epsilon)
+    check_spend(ledger, spent)  # never more than the ledger recorded
     if ledger is not None:
         log(
             INFO,
