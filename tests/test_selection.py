@@ -17,7 +17,11 @@ from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
 from tpsl_flwr.privacy.perturb import per_class_losses
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.strategies.selection import (
+    BestEpoch,
+    Validation,
+    clearly_better,
     noisy_validation_loss,
+    noisy_validation_losses,
     unbiased_targets,
     validation_ids,
 )
@@ -135,10 +139,151 @@ def test_validation_is_refused_for_a_mechanism_that_leaves_labels_clean():
         ExperimentConfig(mechanism="gaussian", validation_fraction=0.1)
 
 
+def paired(mean, sd, n, seed):
+    """A candidate whose paired differences have exactly this mean and sd."""
+    base = np.random.default_rng(seed).uniform(0.1, 2.0, size=n)
+    d = np.random.default_rng(seed + 1).normal(size=n)
+    d = (d - d.mean()) / d.std(ddof=1) * sd + mean
+    return base + d, base
+
+
+@pytest.mark.parametrize(
+    ("margin", "expected"), [(1.01, True), (0.99, False)], ids=["beyond", "within"]
+)
+def test_clearly_better_needs_the_mean_difference_beyond_one_standard_error(
+    margin, expected
+):
+    # Prepare: n = 400 paired differences of sd 2, so se = 0.1.
+    n, sd = 400, 2.0
+    se = sd / math.sqrt(n)
+    candidate, incumbent = paired(-margin * se, sd, n, seed=0)
+
+    # Execute / Assert: the same mean with the margin 0 always wins.
+    assert clearly_better(candidate=candidate, incumbent=incumbent) is expected
+    assert clearly_better(candidate=candidate, incumbent=incumbent, num_se=0.0)
+    assert not clearly_better(candidate=incumbent, incumbent=candidate, num_se=0.0)
+
+
+def test_clearly_better_refuses_unpaired_losses_and_a_bad_margin():
+    with pytest.raises(ConfigError, match=r"\(3,\) and \(4,\)"):
+        clearly_better(candidate=np.zeros(3), incumbent=np.zeros(4))
+    with pytest.raises(ConfigError, match="-1"):
+        clearly_better(candidate=np.zeros(3), incumbent=np.zeros(3), num_se=-1.0)
+    # Equal losses (no difference at all) keep the incumbent.
+    assert not clearly_better(candidate=np.ones(5), incumbent=np.ones(5))
+
+
+def test_best_epoch_keeps_the_earlier_epoch_unless_a_later_one_is_clearly_better():
+    """A lower mean within noise does not switch; one beyond it does."""
+    # Prepare: four epochs' per-id losses on the same 400 ids.
+    n = 400
+    first = np.random.default_rng(5).uniform(0.2, 1.0, size=n)
+    noise = np.random.default_rng(6).normal(size=n)
+    noise = (noise - noise.mean()) / noise.std(ddof=1)
+    within = first - 0.05 + 3.0 * noise  # mean -0.05, se 0.15
+    clear = first - 0.05 + 0.1 * noise  # mean -0.05, se 0.005
+    heavy = clear - 0.3 + 20.0 * noise  # lowest mean of all, se 1.0
+    party = party_for(Y[:ROWS], make_mechanism("laplace", epsilon=1.0))
+    best = BestEpoch()
+
+    # Execute
+    kept = []
+    for epoch, losses in enumerate([first, within, clear, heavy]):
+        with torch.no_grad():
+            for param in party.top.parameters():
+                param.fill_(float(epoch))
+        kept.append(best.update(epoch, float(losses.mean()), party, losses))
+
+    # Assert: the plain lowest mean would have taken epoch 3 (and epoch 1).
+    assert kept == [True, False, True, False]
+    assert best.epoch == 2 and best.score == pytest.approx(clear.mean())
+    assert int(np.argmin([x.mean() for x in (first, within, clear, heavy)])) == 3
+    np.testing.assert_array_equal(best.losses, clear)
+    assert best.top_state is not None
+    assert all(bool((v == 2.0).all()) for v in best.top_state.values())
+    # A non-finite score is never kept.
+    assert not best.update(4, float("nan"), party, clear - 1.0)
+
+
+def test_best_epoch_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
+    """The kept losses travel as a tensor; the next decision is the same."""
+    party = party_for(Y[:ROWS], make_mechanism("laplace", epsilon=1.0))
+    losses = np.random.default_rng(7).uniform(size=50)
+    best = BestEpoch()
+    best.update(0, float(losses.mean()), party, losses)
+    path = tmp_path / "best.pt"
+    torch.save(best.state_dict(), path)
+    loaded = BestEpoch()
+    loaded.load_state_dict(torch.load(path, weights_only=True))
+    assert loaded.epoch == 0 and loaded.score == best.score
+    np.testing.assert_array_equal(loaded.losses, losses)
+    for candidate in (losses - 0.001, losses - 0.2):
+        assert loaded.update(1, float(candidate.mean()), party, candidate) == (
+            best.update(1, float(candidate.mean()), party, candidate)
+        )
+    # A checkpoint without per-id losses: the lower mean decides.
+    old = BestEpoch()
+    old.load_state_dict({"epoch": 0, "score": 0.5, "top": None})
+    assert not old.update(1, 0.6, party, losses) and old.update(1, 0.4, party)
+
+
+def test_the_decision_reads_no_clean_label_after_the_noisy_release():
+    """Validation draws the noisy targets once; then labels may be anything.
+
+    Scores and kept epochs from a party whose held-out labels are flipped
+    after the draw equal those of the unchanged party: every decision is a
+    function of the noisy release (and the models) alone.
+    """
+    # Prepare: three "epochs" of a linear top model on fixed embeddings.
+    n = 3000
+    rng = np.random.default_rng(8)
+    emb = rng.normal(size=(n, 2)).astype(np.float32)
+    labels = (emb[:, 0] + rng.normal(size=n) > 0).astype(np.int64)
+    weights = [(0.3, 0.0), (1.0, 0.0), (1.0, 0.1), (6.0, 3.0)]
+    runs = []
+    for flip in (False, True):
+        top = nn.Linear(2, 1)
+        party = party_for(labels, make_mechanism("laplace", epsilon=1.0), top=top)
+        validation = Validation(n, 0.4, seed=0)
+        scores, kept = [], []
+
+        # Execute
+        for epoch, (w0, w1) in enumerate(weights):
+            with torch.no_grad():
+                top.weight.copy_(torch.tensor([[w0, w1]]))
+                top.bias.zero_()
+            score = validation.score(party, emb[validation.ids])
+            if flip and epoch == 0:
+                flipped = party.labels.copy()
+                flipped[validation.ids] = 1 - flipped[validation.ids]
+                party.labels = flipped
+            scores.append(score)
+            kept.append(validation.best.update(epoch, score, party))
+        runs.append((scores, kept, validation.best.epoch))
+
+    # Assert
+    assert runs[0] == runs[1]
+    assert runs[0][1][0] and runs[0][2] is not None
+
+
+def test_the_score_is_the_mean_of_the_per_id_losses():
+    n = 500
+    rng = np.random.default_rng(9)
+    emb = rng.normal(size=(n, 2)).astype(np.float32)
+    labels = rng.integers(0, 2, size=n)
+    party = party_for(
+        labels, make_mechanism("discrete", epsilon=1.0), top=nn.Linear(2, 1)
+    )
+    targets = unbiased_targets(party, np.arange(n))
+    per_id = noisy_validation_losses(party, targets, emb)
+    assert per_id.shape == (n,)
+    assert noisy_validation_loss(party, targets, emb) == pytest.approx(per_id.mean())
+
+
 def test_the_best_epoch_is_restored_at_the_label_party_and_at_every_node():
     nodes = Nodes()
     party = party_for(Y[:ROWS], make_mechanism("laplace", epsilon=1.0))
-    tops, bottoms = [], []
+    tops, bottoms, per_id = [], [], []
 
     def snapshot(epoch, entry):
         tops.append(copy.deepcopy(party.top.state_dict()))
@@ -155,10 +300,24 @@ def test_the_best_epoch_is_restored_at_the_label_party_and_at_every_node():
         on_epoch_end=snapshot,
         validation_fraction=0.25,
     )
+    score = strategy.validation.score
+
+    def recording_score(label_party, embeddings):
+        value = score(label_party, embeddings)
+        per_id.append(strategy.validation.best.pending)
+        return value
+
+    strategy.validation.score = recording_score  # type: ignore[method-assign]
     report = run_strategy(strategy, make_client_app(nodes), num_nodes=2, seed=0)
     losses = [h["validation_loss"] for h in report.history]
-    best = int(np.argmin(losses))
-    assert strategy.best is not None and strategy.best.epoch == best
+    # The paired one-standard-error rule, replayed on the recorded losses.
+    replay = BestEpoch()
+    for epoch, values in enumerate(per_id):
+        assert float(values.mean()) == pytest.approx(losses[epoch])
+        replay.update(epoch, float(values.mean()), party, values)
+    best = replay.epoch
+    assert best is not None and strategy.best is not None
+    assert strategy.best.epoch == best
     for name, value in party.top.state_dict().items():
         assert torch.equal(value, tops[best][name])
     for part, node in nodes.parties.items():

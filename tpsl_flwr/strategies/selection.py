@@ -4,7 +4,11 @@ Noise is reused per sample, so a protected model fits the same noisy labels
 harder every epoch and its test AUC can peak and fall. The label party holds out
 a validation set, scores each epoch on it and, at the end, restores the best
 epoch's models: its own top model, and (by a message naming the epoch) the
-nodes' bottom models.
+nodes' bottom models. "Best" is a paired one-standard-error rule
+(:func:`clearly_better`): the debiased noisy score's variance grows with the
+logits' size, so an overconfident late epoch's mean can read low by chance; a
+later epoch replaces the kept one only when it is lower on the same ids by more
+than one standard error of the per-id differences.
 
 What the stopping decision reveals, and why the stated epsilon holds:
 
@@ -39,7 +43,14 @@ from tpsl_flwr.privacy.noisy_labels import STREAM_TRANSCRIPT, draw_noisy_labels
 from tpsl_flwr.privacy.perturb import per_class_losses
 from tpsl_flwr.privacy.posterior import unbiased_coefficients
 
-__all__ = ["BestEpoch", "noisy_validation_loss", "unbiased_targets", "validation_ids"]
+__all__ = [
+    "BestEpoch",
+    "clearly_better",
+    "noisy_validation_loss",
+    "noisy_validation_losses",
+    "unbiased_targets",
+    "validation_ids",
+]
 
 _VALIDATION_DOMAIN = 0x76616C69  # ASCII "vali": apart from the test split's hash
 
@@ -105,6 +116,20 @@ def unbiased_targets(party: LabelParty, ids: np.ndarray) -> np.ndarray:
 
 
 @torch.no_grad()
+def noisy_validation_losses(
+    party: LabelParty, targets: np.ndarray, embeddings: torch.Tensor | np.ndarray
+) -> np.ndarray:
+    """Each validation id's log loss against its debiased noisy target.
+
+    Each entry is an unbiased estimate of that id's clean log loss; their
+    variance grows with the logits' size (the loss of the class not chosen
+    multiplies the noise).
+    """
+    logits = party.top(torch.as_tensor(embeddings, dtype=torch.float32))
+    losses = per_class_losses(logits).double().numpy()
+    return np.asarray((losses * targets).sum(axis=1), dtype=np.float64)
+
+
 def noisy_validation_loss(
     party: LabelParty, targets: np.ndarray, embeddings: torch.Tensor | np.ndarray
 ) -> float:
@@ -112,24 +137,102 @@ def noisy_validation_loss(
 
     An unbiased estimate of the clean validation log loss; lower is better.
     """
-    logits = party.top(torch.as_tensor(embeddings, dtype=torch.float32))
-    losses = per_class_losses(logits).double().numpy()
-    return float((losses * targets).sum(axis=1).mean())
+    return float(noisy_validation_losses(party, targets, embeddings).mean())
+
+
+def clearly_better(
+    *, candidate: np.ndarray, incumbent: np.ndarray, num_se: float = 1.0
+) -> bool:
+    """Whether ``candidate``'s losses beat ``incumbent``'s beyond their noise.
+
+    A paired test on the same ids: with ``d = candidate - incumbent``, True iff
+    ``mean(d) < -num_se * se(d)``, ``se(d) = std(d) / sqrt(n)`` (sample standard
+    deviation). Pairing removes what the two epochs share (each id's noisy
+    target multiplies both losses); what is left grows with how far the
+    epochs' logits differ, which is where the debiased score is least
+    reliable. The one-standard-error margin (Hastie, Tibshirani and Friedman,
+    *The Elements of Statistical Learning*, 2nd ed., Sec. 7.10) keeps the
+    incumbent, the earlier epoch, unless the later one is better by more than
+    its noise.
+
+    Parameters
+    ----------
+    candidate, incumbent
+        Per-id losses of two models on the same ids, in the same order.
+    num_se
+        The margin in standard errors, ``>= 0``; 0: any lower mean wins.
+
+    Examples
+    --------
+    >>> base = np.array([0.2, 0.9, 0.4, 0.7])
+    >>> clearly_better(candidate=base - 0.1, incumbent=base)
+    True
+    >>> clearly_better(candidate=base + [-0.3, 0.3, -0.3, 0.2], incumbent=base)
+    False
+    """
+    if not (np.isfinite(num_se) and num_se >= 0):
+        raise ConfigError(f"num_se must be >= 0 and finite, got {num_se}")
+    if candidate.shape != incumbent.shape or candidate.ndim != 1:
+        raise ConfigError(
+            f"paired losses need two vectors of one length, got shapes "
+            f"{candidate.shape} and {incumbent.shape}"
+        )
+    diff = np.asarray(candidate, dtype=np.float64) - incumbent
+    mean = float(diff.mean())
+    if not np.isfinite(mean) or mean >= 0.0:
+        return False
+    se = float(diff.std(ddof=1)) / np.sqrt(diff.size) if diff.size > 1 else 0.0
+    return bool(mean < -num_se * se)
 
 
 class BestEpoch:
-    """The epoch with the lowest validation score, and the top model's state then."""
+    """The epoch kept by the one-standard-error paired rule, and its top model.
 
-    def __init__(self) -> None:
+    The first scored epoch is kept; a later one replaces it only if its
+    per-id validation losses are :func:`clearly_better` than the kept epoch's
+    on the same held-out ids. The kept epoch's per-id losses are part of the
+    state (:meth:`state_dict`), so a resumed run decides as one that never
+    stopped.
+    """
+
+    def __init__(self, num_se: float = 1.0) -> None:
+        self.num_se = num_se
         self.epoch: int | None = None
         self.score = float("inf")
+        self.losses: np.ndarray | None = None
+        """Per-id validation losses of the kept epoch."""
         self.top_state: dict[str, Any] | None = None
+        self.pending: np.ndarray | None = None
+        """Per-id losses of the latest evaluation, for the next :meth:`update`."""
 
-    def update(self, epoch: int, score: float, party: LabelParty) -> bool:
-        """Record ``epoch``'s score; True (and keep the top model) if it is best."""
-        if not np.isfinite(score) or score >= self.score:
+    def update(
+        self,
+        epoch: int,
+        score: float,
+        party: LabelParty,
+        losses: np.ndarray | None = None,
+    ) -> bool:
+        """Record ``epoch``'s score; True (and keep the top model) if it wins.
+
+        ``losses`` (else :attr:`pending`) are the epoch's per-id losses, whose
+        mean is ``score``. Without per-id losses on both sides (a checkpoint
+        written before they were kept), the lower mean wins.
+        """
+        losses = self.pending if losses is None else losses
+        self.pending = None
+        if not np.isfinite(score):
             return False
+        if self.epoch is not None:
+            if losses is not None and self.losses is not None:
+                better = clearly_better(
+                    candidate=losses, incumbent=self.losses, num_se=self.num_se
+                )
+            else:
+                better = score < self.score
+            if not better:
+                return False
         self.epoch, self.score = epoch, score
+        self.losses = None if losses is None else np.array(losses, dtype=np.float64)
         self.top_state = copy.deepcopy(party.top.state_dict())
         return True
 
@@ -139,14 +242,23 @@ class BestEpoch:
             party.top.load_state_dict(self.top_state)
 
     def state_dict(self) -> dict[str, Any]:
-        """For the label party's checkpoint."""
-        return {"epoch": self.epoch, "score": self.score, "top": self.top_state}
+        """For the label party's checkpoint (tensors: ``weights_only`` loads it)."""
+        losses = None if self.losses is None else torch.from_numpy(self.losses)
+        return {
+            "epoch": self.epoch,
+            "score": self.score,
+            "losses": losses,
+            "top": self.top_state,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore :meth:`state_dict` (one without ``losses`` as well)."""
         self.epoch = None if state["epoch"] is None else int(state["epoch"])
         self.score = float(state["score"])
+        losses = state.get("losses")
+        self.losses = None if losses is None else losses.double().numpy().copy()
         self.top_state = state["top"]
+        self.pending = None
 
 
 class Validation:
@@ -184,7 +296,12 @@ class Validation:
         return ids, splits
 
     def score(self, party: LabelParty, embeddings: torch.Tensor | np.ndarray) -> float:
-        """The epoch's validation loss (:func:`noisy_validation_loss`)."""
+        """The epoch's validation loss (:func:`noisy_validation_loss`).
+
+        Its per-id losses wait in ``best.pending`` for the epoch's decision.
+        """
         if self._targets is None:
             self._targets = unbiased_targets(party, self.ids)
-        return noisy_validation_loss(party, self._targets, embeddings)
+        losses = noisy_validation_losses(party, self._targets, embeddings)
+        self.best.pending = losses
+        return float(losses.mean())
