@@ -1,0 +1,659 @@
+"""Utility of the defaults on every dataset, beside logistic-regression references.
+
+Issue 21 ("Defaults that learn on every dataset") sets one target per case; this
+bench re-measures them all in one run (``python bench/utility.py``) and prints,
+for each case: the run's test metric (``test_accuracy`` for digits, ``test_auc``
+otherwise: the epoch the label party restored by its validation score), the
+last epoch's value, the best epoch by test metric and which epoch, the epoch
+the validation chose, the target, met or not, the reference and seconds.
+
+Cases (``--only NAME[,NAME]``; ``flwr`` runs only with ``--flwr`` or by name):
+
+=====================  ======================================================
+``digits-discrete``    digits, discrete (randomized response) eps 4: acc >= 0.93
+``digits-none``        digits, no protection: accuracy >= 0.95
+``breast-laplace``     breast-cancer, Laplace eps 1: AUC >= 0.98
+``criteo-none``        5000 generated Criteo rows, none: AUC >= LR - 0.005
+``criteo-laplace``     same file, Laplace eps 1: AUC >= noisy-label LR - 0.01
+``synthetic-none``     synthetic-ctr 200k rows, 8 epochs: AUC >= 0.80
+``synthetic-laplace``  same, Laplace eps 1: AUC >= 0.755
+``synthetic-discrete`` same, discrete eps 1: AUC >= 0.765
+``flwr``               ``flwr run .`` with no arguments (Ray): AUC >= 0.70
+=====================  ======================================================
+
+Everything else is the defaults of :class:`ExperimentConfig` (``epochs``
+included, except the synthetic cases), run in-process with
+``run_experiment(cfg, "local", overwrite=True)``, ``noise_seed=0`` and
+``seed=0``, each in its own temporary out-dir. The synthetic cases also require
+"final = best epoch": the last epoch's test AUC is within 0.001 of the best
+epoch's (training must not peak early and decay). Private cases run with the
+per-epoch transcript audit (``audit=True``; it records what is dispatched and
+does not change training) and a second table gives its SDA attack (AUC, or
+top-1 accuracy for digits' 10 classes; the maximum over epochs, with its
+standard error) beside the closed-form SDA value of the mechanism, the
+closed-form ``eps``-DP ceiling (:func:`~tpsl_flwr.privacy.closed_forms.auc_bound`,
+:func:`~tpsl_flwr.privacy.closed_forms.top1_bound` at the largest class
+prior) and the audit's own ceiling (prior-aware when the top model trains on
+the posterior, so it may exceed the plain one).
+
+Logistic-regression references (scikit-learn ``LogisticRegression``, lbfgs),
+on the features the parties see: ``cfg.load_data()`` (the whole labelled
+table, for experimenters): numerics as the loader standardized them (train
+statistics) and, for Criteo, a one-hot of each hashed categorical code
+(sparse). ``C`` is chosen from a grid on a seeded 20% hold-out of the
+*training* rows (never the test rows), the model refitted on all training
+rows at that ``C``, and scored on the test rows. The clean reference picks
+``C`` by hold-out AUC (accuracy for digits).
+
+The noisy-label reference (``criteo-laplace``) trains on the run's own release:
+the binary Laplace labels ``y~ = y + u (1 - 2 y)``, ``u ~ Lap(1/eps)``, drawn by
+:func:`~tpsl_flwr.privacy.noisy_labels.draw_noisy_labels` for every training
+row (sample ids ``0..n-1``, the transcript stream, as the label party draws
+them) with the run's own key, read back from the label party's folder and
+checked against the fingerprint in ``results.json``, so they are the very
+values the run trained on (if that fails, ``NoiseKey.from_seed(0)``: same law,
+other draws; the row says which). It is fitted on soft targets: each row twice,
+label 1 with weight ``clip(y~, 0, 1)`` and label 0 with weight ``clip(1 - y~,
+0, 1)``. Not on the debiased targets ``y~`` themselves: with ``y~`` outside
+``[0, 1]`` (most rows at eps 1) the logistic loss ``-y~ log p - (1 - y~)
+log(1 - p)`` is unbounded below in ``p``, so the empirical risk has no minimum
+without heavy regularization; clipping is post-processing of the release, so
+the reference stays eps-DP. Its ``C`` is chosen by that unbounded but
+*unbiased* loss on the hold-out (the mean over rows of the debiased noisy log
+loss estimates the clean one), never by a clean label, as the run's own
+validation does. The run itself trains on the posterior of the noisy labels
+(``denoise = auto``); the reference does not denoise.
+
+Every run over the Criteo file is a release of its labels in the privacy
+ledger: the bench points ``TPSL_FLWR_LEDGER_DIR`` at a fresh temporary folder
+(the generated labels belong to nobody) and passes ``new_release=True``.
+
+``--quick`` (smoke run): synthetic 20000 rows, 2 epochs. ``--threads`` (default
+1) sets ``OMP_NUM_THREADS``, torch's and BLAS's threads (see
+``bench/engines.py``). ``--json PATH`` writes every number. Benches print
+numbers, they assert nothing.
+
+Usage: ``python bench/utility.py [--quick] [--only digits-none,criteo-none]
+[--flwr] [--no-audit] [--json out.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import accuracy_score, roc_auc_score
+from threadpoolctl import threadpool_limits
+
+from tpsl_flwr.data import DatasetSplit
+from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.run import run_experiment
+from tpsl_flwr.privacy import closed_forms
+
+REPO = Path(__file__).resolve().parents[1]
+CRITEO_ROWS = 5000
+HOLDOUT = 0.2
+C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
+FINAL_TOLERANCE = 0.001
+""""final = best epoch": last epoch's test AUC at most this far below the best."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the target table.
+
+    ``target`` is absolute, or (``relative``) added to the reference's value.
+    ``reference`` is ``"lr"`` (clean labels), ``"noisy-lr"`` (the run's noisy
+    labels), ``"bayes"`` (synthetic-ctr's Bayes test AUC) or ``""``.
+    """
+
+    name: str
+    dataset: str
+    mechanism: str
+    epsilon: float = 1.0
+    target: float = 0.0
+    relative: bool = False
+    reference: str = "lr"
+    rows: int = 0
+    epochs: int = 0  # 0: the config's default
+    final_is_best: bool = False
+
+    @property
+    def metric(self) -> str:
+        """The results key the target applies to."""
+        return "test_accuracy" if self.dataset == "digits" else "test_auc"
+
+    @property
+    def private(self) -> bool:
+        """Whether the labels are protected (so there is something to audit)."""
+        return self.mechanism != "none"
+
+
+CASES: tuple[Case, ...] = (
+    Case("digits-discrete", "digits", "discrete", 4.0, 0.93),
+    Case("digits-none", "digits", "none", target=0.95),
+    Case("breast-laplace", "breast-cancer", "laplace", 1.0, 0.98),
+    Case("criteo-none", "criteo", "none", target=-0.005, relative=True),
+    Case("criteo-laplace", "criteo", "laplace", 1.0, -0.01, True, reference="noisy-lr"),
+    Case(
+        "synthetic-none",
+        "synthetic-ctr",
+        "none",
+        target=0.80,
+        reference="bayes",
+        rows=200_000,
+        epochs=8,
+        final_is_best=True,
+    ),
+    Case(
+        "synthetic-laplace",
+        "synthetic-ctr",
+        "laplace",
+        1.0,
+        0.755,
+        reference="bayes",
+        rows=200_000,
+        epochs=8,
+        final_is_best=True,
+    ),
+    Case(
+        "synthetic-discrete",
+        "synthetic-ctr",
+        "discrete",
+        1.0,
+        0.765,
+        reference="bayes",
+        rows=200_000,
+        epochs=8,
+        final_is_best=True,
+    ),
+)
+FLWR_TARGET = 0.70
+
+
+# --------------------------------------------------------------- references
+def lr_features(split: DatasetSplit) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """Train and test design matrices: numerics, then one-hot hashed codes."""
+    blocks_train = [sp.csr_matrix(split.train.numeric.astype(np.float64))]
+    blocks_test = [sp.csr_matrix(split.test.numeric.astype(np.float64))]
+    cats_train, cats_test = split.train.categorical, split.test.categorical
+    if cats_train.shape[1]:
+        offsets = np.concatenate([[0], np.cumsum(split.train.cardinalities)[:-1]])
+        width = int(np.sum(split.train.cardinalities))
+        for cats, blocks in ((cats_train, blocks_train), (cats_test, blocks_test)):
+            n, k = cats.shape
+            cols = (cats + offsets).ravel()
+            rows = np.repeat(np.arange(n), k)
+            one_hot = sp.csr_matrix(
+                (np.ones(n * k), (rows, cols)), shape=(n, width), dtype=np.float64
+            )
+            blocks.append(one_hot)
+    x_train, x_test = sp.hstack(blocks_train).tocsr(), sp.hstack(blocks_test).tocsr()
+    # Codes no training row holds get weight 0 anyway: drop their columns.
+    seen = np.flatnonzero(x_train.getnnz(axis=0))
+    return x_train[:, seen], x_test[:, seen]
+
+
+def _fit(x: sp.csr_matrix, y: np.ndarray, c: float, soft: bool) -> LogisticRegression:
+    """Plain LR on labels ``y``, or on soft targets ``y`` clipped to ``[0, 1]``."""
+    model = LogisticRegression(C=c, max_iter=3000)
+    if not soft:
+        return model.fit(x, y)
+    n = x.shape[0]
+    target = np.clip(y, 0.0, 1.0)
+    weights = np.concatenate([target, 1.0 - target])
+    keep = weights > 0
+    stacked = sp.vstack([x, x]).tocsr()[keep]
+    labels = np.concatenate([np.ones(n), np.zeros(n)])[keep]
+    return model.fit(stacked, labels, sample_weight=weights[keep])
+
+
+def _debiased_log_loss(
+    model: LogisticRegression, x: sp.csr_matrix, y: np.ndarray
+) -> float:
+    """Mean ``-y log p - (1 - y) log(1 - p)``: unbiased for clean if ``E y~ = y``."""
+    p = np.clip(model.predict_proba(x)[:, 1], 1e-12, 1 - 1e-12)
+    return float(np.mean(-y * np.log(p) - (1.0 - y) * np.log1p(-p)))
+
+
+def logistic_reference(
+    split: DatasetSplit, train_targets: np.ndarray | None = None, seed: int = 0
+) -> dict[str, Any]:
+    """Test metric of LR with ``C`` chosen on a hold-out of the training rows.
+
+    ``train_targets``: noisy (soft) binary targets of the training rows in
+    place of the clean labels (see the module docstring).
+    """
+    started = time.perf_counter()
+    x_train, x_test = lr_features(split)
+    y_test = split.test.labels
+    binary = split.num_classes == 2
+    soft = train_targets is not None
+    y_train = split.train.labels if train_targets is None else train_targets
+    order = np.random.default_rng(seed).permutation(x_train.shape[0])
+    cut = round(HOLDOUT * order.size)
+    held, fit = order[:cut], order[cut:]
+    scores = {}
+    for c in C_GRID:
+        model = _fit(x_train[fit], y_train[fit], c, soft)
+        if soft:  # lower is better: negate so that max picks the best
+            scores[c] = -_debiased_log_loss(model, x_train[held], y_train[held])
+        elif binary:
+            scores[c] = roc_auc_score(
+                y_train[held], model.predict_proba(x_train[held])[:, 1]
+            )
+        else:
+            scores[c] = accuracy_score(y_train[held], model.predict(x_train[held]))
+    best_c = max(scores, key=lambda c: scores[c])
+    model = _fit(x_train, y_train, best_c, soft)
+    if binary:
+        value = float(roc_auc_score(y_test, model.predict_proba(x_test)[:, 1]))
+    else:
+        value = float(accuracy_score(y_test, model.predict(x_test)))
+    return {
+        "value": value,
+        "C": best_c,
+        "features": int(x_train.shape[1]),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def run_noisy_labels(
+    cfg: ExperimentConfig, results: dict[str, Any]
+) -> tuple[np.ndarray, str]:
+    """Every training row's noisy label ``y~`` as the run drew it; and whose key.
+
+    The run derives its key from the seed, its settings and the labels; the
+    derived key is in its label party's folder, checked against the
+    fingerprint the run reported. Fallback: ``NoiseKey.from_seed``.
+    """
+    from tpsl_flwr.parties.label_party import noise_stream
+    from tpsl_flwr.privacy.keyed_noise import NoiseKey
+    from tpsl_flwr.privacy.noisy_labels import STREAM_TRANSCRIPT, draw_noisy_labels
+    from tpsl_flwr.private_files import read_private
+
+    labels = cfg.load_labels().train_labels
+    if not np.array_equal(labels, cfg.load_data().train.labels):
+        raise RuntimeError("label view and load_data() disagree on the training rows")
+    key, origin = NoiseKey.from_seed(max(cfg.noise_seed, 0)), "from_seed (other draws)"
+    try:
+        record = json.loads(read_private(cfg.label_party_dir / "noise-key.json"))
+        found = NoiseKey.from_hex(record["key"], secure=False)
+        if found.fingerprint == results["noise_key"]["fingerprint"]:
+            key, origin = found, "the run's key (same draws)"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    noisy = draw_noisy_labels(
+        cfg.make_mechanism(2),
+        labels,
+        np.arange(labels.size, dtype=np.int64),
+        key,
+        noise_stream(STREAM_TRANSCRIPT, 0, cfg.reuse_noise),
+    )
+    return noisy.coefficients[:, 1], origin
+
+
+# ------------------------------------------------------------------ cases
+def case_config(
+    case: Case, out_dir: Path, args: argparse.Namespace
+) -> ExperimentConfig:
+    """The case's ExperimentConfig (defaults unless the case names a setting)."""
+    options: dict[str, Any] = {
+        "dataset": case.dataset,
+        "mechanism": case.mechanism,
+        "noise_seed": 0,
+        "out_dir": str(out_dir),
+        "audit": case.private and not args.no_audit,
+    }
+    if case.mechanism != "none":
+        options["epsilon"] = case.epsilon
+    if case.dataset == "criteo":
+        options.update(data_path=str(args.criteo_path), new_release=True)
+    rows, epochs = case.rows, case.epochs
+    if args.quick and case.dataset == "synthetic-ctr":
+        rows, epochs = 20_000, 2
+    if rows:
+        options["rows"] = rows
+    if epochs:
+        options["epochs"] = epochs
+    return ExperimentConfig(**options)
+
+
+def epoch_summary(history: list[dict[str, Any]], metric: str) -> dict[str, Any]:
+    """Last epoch's value and the best epoch (1-based) by the test metric."""
+    values = [h.get(metric) for h in history]
+    scored = [(v, i + 1) for i, v in enumerate(values) if v is not None]
+    if not scored:
+        return {"last": None, "best": None, "best_epoch": None, "per_epoch": values}
+    best, epoch = max(scored)
+    return {"last": values[-1], "best": best, "best_epoch": epoch, "per_epoch": values}
+
+
+def attack_row(
+    case: Case, cfg: ExperimentConfig, results: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The audit's SDA (max over epochs) beside the closed forms."""
+    reports = [h.get("attack_auc") for h in results.get("history", [])]
+    reports = [r for r in reports if r]
+    if not reports:
+        return None
+    multi = results.get("num_classes", 2) > 2
+    key = "sda_top1" if multi else "sda"
+    values = [(r.get(key), r.get("standard_error", {}).get(key), r) for r in reports]
+    values = [v for v in values if v[0] is not None]
+    if not values:
+        return None
+    sda, se, report = max(values, key=lambda v: v[0])
+    eps = case.epsilon
+    if multi:
+        split = cfg.load_data()
+        prior = float(np.bincount(split.train.labels).max() / split.train.labels.size)
+        k = results["num_classes"]
+        ceiling = closed_forms.top1_bound(eps, prior)
+        closed = (
+            closed_forms.sda_top1_randomized_response(eps, k)
+            if case.mechanism == "discrete"
+            else closed_forms.sda_top1_laplace(eps, k)
+        )
+    else:
+        ceiling = closed_forms.auc_bound(eps)
+        closed = (
+            closed_forms.sda_auc_randomized_response(eps)
+            if case.mechanism == "discrete"
+            else closed_forms.sda_auc_laplace(eps)
+        )
+    return {
+        "case": case.name,
+        "mechanism": case.mechanism,
+        "epsilon": eps,
+        "attack": key,
+        "sda": sda,
+        "standard_error": se,
+        "sda_closed_form": closed,
+        "ceiling": ceiling,
+        "audit_ceiling": report.get("auc_bound"),
+        "z_over_ceiling": (sda - ceiling) / se if se else None,
+        "epochs_audited": len(reports),
+    }
+
+
+def run_case(
+    case: Case, root: Path, args: argparse.Namespace
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Run one case and its reference; the table row and the attack row."""
+    out_dir = Path(tempfile.mkdtemp(prefix=f"{case.name}-", dir=root))
+    cfg = case_config(case, out_dir, args)
+    row: dict[str, Any] = {
+        "case": case.name,
+        "metric": case.metric,
+        "rows": cfg.rows,
+        "epochs": cfg.epochs,
+    }
+    started = time.perf_counter()
+    try:
+        results = run_experiment(cfg, "local", overwrite=True)
+    except Exception as err:  # a bench reports a failed case and goes on
+        row.update(
+            error=f"{type(err).__name__}: {err}", seconds=time.perf_counter() - started
+        )
+        return row, None
+    row["seconds"] = time.perf_counter() - started
+    row["value"] = results.get(case.metric)
+    row["chosen_epoch"] = results.get("best_epoch")
+    row.update(epoch_summary(results.get("history", []), case.metric))
+    started = time.perf_counter()
+    row.update(reference_of(case, cfg, results))
+    row["reference_seconds"] = time.perf_counter() - started
+    row.update(judge(case, row))
+    return row, attack_row(case, cfg, results)
+
+
+def reference_of(
+    case: Case, cfg: ExperimentConfig, results: dict[str, Any]
+) -> dict[str, Any]:
+    """The case's reference value (and how it was made)."""
+    if case.reference == "bayes":
+        bayes = (results.get("data_info") or {}).get("bayes_test_auc")
+        return {"reference": bayes, "reference_note": "Bayes test AUC"}
+    if case.reference == "lr":
+        found = logistic_reference(cfg.load_data())
+        note = f"LR C={found['C']:g}, {found['features']} features"
+        return {"reference": found["value"], "reference_note": note, "lr": found}
+    if case.reference == "noisy-lr":
+        y_tilde, origin = run_noisy_labels(cfg, results)
+        found = logistic_reference(cfg.load_data(), train_targets=y_tilde)
+        clean = logistic_reference(cfg.load_data())
+        note = (
+            f"noisy-label LR C={found['C']:g}, {origin}; clean LR {clean['value']:.4f}"
+        )
+        return {
+            "reference": found["value"],
+            "reference_note": note,
+            "lr": found,
+            "clean_lr": clean,
+        }
+    return {"reference": None, "reference_note": ""}
+
+
+def judge(case: Case, row: dict[str, Any]) -> dict[str, Any]:
+    """The target of the row and whether the run meets it."""
+    target = case.target
+    if case.relative:
+        ref = row.get("reference")
+        target = math.nan if ref is None else ref + case.target
+    value = row.get("value")
+    met = value is not None and value >= target
+    out: dict[str, Any] = {"target": target}
+    if case.final_is_best:
+        last, best = row.get("last"), row.get("best")
+        final_ok = (
+            last is not None and best is not None and last >= best - FINAL_TOLERANCE
+        )
+        out["final_is_best"] = final_ok
+        met = met and final_ok
+    out["met"] = bool(met)
+    return out
+
+
+def run_flwr(root: Path) -> dict[str, Any]:
+    """``flwr run .`` of the app with no arguments (only ``out-dir``), on Ray."""
+    from tpsl_flwr.engines.flower_run import run_on_ray
+
+    out_dir = Path(tempfile.mkdtemp(prefix="flwr-", dir=root))
+    row: dict[str, Any] = {"case": "flwr", "metric": "test_auc"}
+    started = time.perf_counter()
+    try:
+        results = run_on_ray({"out-dir": str(out_dir)}, echo=None, timeout=3600.0)
+    except Exception as err:
+        row.update(
+            error=f"{type(err).__name__}: {err}", seconds=time.perf_counter() - started
+        )
+        return row
+    row["seconds"] = time.perf_counter() - started
+    row["value"] = results.get("test_auc")
+    row["chosen_epoch"] = results.get("best_epoch")
+    row["rows"] = results.get("config", {}).get("rows")
+    row["epochs"] = results.get("epochs")
+    row.update(epoch_summary(results.get("history", []), "test_auc"))
+    row["reference"] = (results.get("data_info") or {}).get("bayes_test_auc")
+    row["reference_note"] = f"Bayes test AUC; eps {results.get('epsilon')}"
+    row["target"] = FLWR_TARGET
+    row["met"] = row["value"] is not None and row["value"] >= FLWR_TARGET
+    return row
+
+
+# ------------------------------------------------------------------ output
+def fmt(value: Any, digits: int = 4) -> str:
+    """A table cell."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return "-" if math.isnan(value) else f"{value:.{digits}f}"
+    return str(value)
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """The target table (markdown)."""
+    head = [
+        "case", "metric", "rows", "epochs", "run", "last epoch", "best (test) @ epoch",
+        "chosen epoch", "target", "met", "reference", "run s", "ref s",
+    ]  # fmt: skip
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r in rows:
+        if "error" in r:
+            cells = [r["case"], r["metric"], "-", "-", f"error: {r['error'][:160]}"]
+            cells += ["-"] * (len(head) - len(cells) - 2)
+            cells += [fmt(r["seconds"], 1), "-"]
+        else:
+            best = f"{fmt(r['best'])} @ {r['best_epoch']}" if r.get("best") else "-"
+            if r.get("final_is_best") is not None:
+                best += "" if r["final_is_best"] else " (final < best)"
+            ref = fmt(r.get("reference"))
+            if r.get("reference_note"):
+                ref += f" ({r['reference_note']})"
+            cells = [
+                r["case"], r["metric"].removeprefix("test_"),
+                fmt(r.get("rows") or "default"), fmt(r.get("epochs")),
+                fmt(r.get("value")), fmt(r.get("last")), best,
+                fmt(r.get("chosen_epoch")), fmt(r.get("target")), fmt(r.get("met")),
+                ref, fmt(r.get("seconds"), 1), fmt(r.get("reference_seconds"), 1),
+            ]  # fmt: skip
+        print("| " + " | ".join(cells) + " |")
+
+
+def print_attacks(rows: list[dict[str, Any]]) -> None:
+    """The audit's SDA beside the closed forms (markdown)."""
+    head = [
+        "case", "mechanism", "eps", "attack", "SDA (max over epochs) +- se",
+        "SDA closed form", "eps-DP ceiling", "audit ceiling", "(SDA - ceiling)/se",
+    ]  # fmt: skip
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r in rows:
+        cells = [
+            r["case"], r["mechanism"], fmt(r["epsilon"], 1), r["attack"],
+            f"{fmt(r['sda'])} +- {fmt(r['standard_error'])}",
+            fmt(r["sda_closed_form"]), fmt(r["ceiling"]), fmt(r["audit_ceiling"]),
+            fmt(r["z_over_ceiling"], 1),
+        ]  # fmt: skip
+        print("| " + " | ".join(cells) + " |")
+
+
+def git_state() -> str:
+    """The commit and whether the tree has changes (what was measured)."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+            text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" + uncommitted changes" if dirty else "")
+
+
+def select_cases(only: str | None, flwr: bool) -> tuple[list[Case], bool]:
+    """The cases named by ``--only`` (all by default) and whether to run flwr."""
+    names = [c.name for c in CASES] + ["flwr"]
+    if only is None:
+        return list(CASES), flwr
+    wanted = [n.strip() for n in only.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        raise SystemExit(f"unknown case(s) {unknown}; valid: {', '.join(names)}")
+    return [c for c in CASES if c.name in wanted], flwr or "flwr" in wanted
+
+
+def main() -> None:
+    """Parse flags, run the cases, print the tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=None, help="comma-separated case names")
+    parser.add_argument(
+        "--quick", action="store_true", help="synthetic 20k rows, 2 epochs"
+    )
+    parser.add_argument("--flwr", action="store_true", help="add `flwr run .` (slow)")
+    parser.add_argument("--no-audit", action="store_true", help="no transcript audit")
+    parser.add_argument("--threads", type=int, default=1, help="OMP/torch/BLAS threads")
+    parser.add_argument(
+        "--json", type=Path, default=None, help="write the numbers here"
+    )
+    args = parser.parse_args()
+    cases, with_flwr = select_cases(args.only, args.flwr)
+
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
+    torch.set_num_threads(args.threads)
+    tmp = tempfile.TemporaryDirectory(prefix="tpsl-bench-utility-")
+    root = Path(tmp.name).resolve()
+    # Every run over the Criteo file is a release in the privacy ledger: keep
+    # this bench's releases (of generated labels) in a ledger of its own.
+    os.environ["TPSL_FLWR_LEDGER_DIR"] = str(root / "ledger")
+    if any(c.dataset == "criteo" for c in cases):
+        from tpsl_flwr.testing import write_criteo
+
+        args.criteo_path = root / "criteo" / "train.txt"
+        args.criteo_path.parent.mkdir()
+        write_criteo(args.criteo_path, CRITEO_ROWS, seed=0)
+
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    attacks: list[dict[str, Any]] = []
+    with threadpool_limits(args.threads):
+        for case in cases:
+            print(f"running {case.name} ...", file=sys.stderr, flush=True)
+            row, attack = run_case(case, root, args)
+            rows.append(row)
+            done = row.get("error") or f"{fmt(row.get('value'))}, met {fmt(row['met'])}"
+            print(f"  {case.name}: {done}", file=sys.stderr, flush=True)
+            if attack is not None:
+                attacks.append(attack)
+        if with_flwr:
+            print("running flwr ...", file=sys.stderr, flush=True)
+            rows.append(run_flwr(root))
+    wall = time.perf_counter() - started
+    load_after = os.getloadavg()
+
+    print(
+        f"Utility of the defaults ({git_state()}; {'quick' if args.quick else 'full'}; "
+        f"threads {args.threads}; {os.cpu_count()} CPUs, load average "
+        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after; {wall:.0f} s)\n"
+    )
+    print_table(rows)
+    if attacks:
+        print("\nTranscript audit (SDA) against the closed forms:\n")
+        print_attacks(attacks)
+    if args.json is not None:
+        payload = {
+            "git": git_state(),
+            "quick": args.quick,
+            "threads": args.threads,
+            "load_average": [load_before[0], load_after[0]],
+            "seconds": wall,
+            "cases": rows,
+            "attacks": attacks,
+        }
+        args.json.write_text(json.dumps(payload, indent=2, default=float))
+    tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
