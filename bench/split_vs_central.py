@@ -36,6 +36,7 @@ from tpsl_flwr.data import partition_columns, party_features
 from tpsl_flwr.experiments.architecture import build_bottom, build_top
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_inprocess_experiment
+from tpsl_flwr.experiments.training_settings import training_of
 from tpsl_flwr.models import num_outputs_for
 
 TARGET = 0.8
@@ -97,7 +98,9 @@ def central_rate(cfg: ExperimentConfig) -> float:
         parts.append((bottom, train, test))
     top = build_top(cfg, num_outputs_for(data.num_classes))
     params = [p for b, _, _ in parts for p in b.parameters()] + list(top.parameters())
-    optimizer = torch.optim.Adam(params, lr=cfg.lr)
+    # The rule of the split run (batch-size / lr = 0: from the training rows).
+    training = training_of(cfg, len(data.train.labels))
+    optimizer = torch.optim.Adam(params, lr=training.lr)
     tensors = [
         (
             torch.as_tensor(tr.numeric, dtype=torch.float32),
@@ -111,8 +114,8 @@ def central_rate(cfg: ExperimentConfig) -> float:
     order = np.random.default_rng(cfg.seed).permutation(len(labels))
     loss_fn = torch.nn.BCEWithLogitsLoss()
     started = time.perf_counter()
-    for begin in range(0, len(order), cfg.batch_size):
-        ids = torch.as_tensor(order[begin : begin + cfg.batch_size])
+    for begin in range(0, len(order), training.batch_size):
+        ids = torch.as_tensor(order[begin : begin + training.batch_size])
         emb = torch.cat(
             [
                 b(t[0][ids], t[1][ids])

@@ -50,6 +50,7 @@ def _config(out_dir: Path, **extra: Any) -> dict[str, Any]:
     # 455 rows, batch 128, 4 steps per message: one train message per epoch
     return {
         "dataset": "breast-cancer",
+        "rows": 0,  # the app's run config sets synthetic-ctr's rows = 100000
         "mechanism": "laplace",
         "epochs": 2,
         "batch-size": 128,

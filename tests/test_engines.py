@@ -338,10 +338,12 @@ def _tpsl_config(out_dir: Path, **overrides: Any) -> dict[str, Any]:
     """A tiny, fast run config (kebab-case overrides of the app's defaults)."""
     config: dict[str, Any] = {
         "dataset": "breast-cancer",
+        "rows": 0,  # the app's run config sets synthetic-ctr's rows = 100000
         "mechanism": "laplace",
         "epsilon": 1.0,
         "epochs": 1,
         "batch-size": 128,
+        "steps-per-message": 1,
         "num-parties": 2,
         "checkpoint": True,
         "out-dir": str(out_dir),

@@ -52,10 +52,10 @@ from tpsl_flwr.simulations.cli import main
             "rows=600 exceeds the 569 rows of 'breast-cancer'",
         ),
         ({"hash_buckets": 8}, "hash-buckets applies only to criteo, avazu"),
-        ({"batch_size": 0}, "batch-size must be an integer >= 1, got 0"),
+        ({"batch_size": -1}, "batch-size must be an integer >= 0, got -1"),
         ({"epochs": 0}, "epochs must be an integer >= 1, got 0"),
         ({"steps_per_message": 0}, "steps-per-message must be an integer >= 1"),
-        ({"lr": 0.0}, "lr must be > 0 and finite, got 0.0"),
+        ({"lr": -0.5}, "lr must be >= 0 (0: auto) and finite, got -0.5"),
         ({"placement": "top"}, "unknown placement 'top'"),
         ({"dataset": "mnist"}, "unknown dataset 'mnist'"),
         # combinations of switches

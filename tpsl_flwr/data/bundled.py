@@ -138,7 +138,10 @@ def bundled_rows(name: str, rows: int | None, seed: int) -> np.ndarray:
     if rows is None:
         return np.arange(total, dtype=np.int64)
     if rows > total:
-        raise ConfigError(f"rows={rows} exceeds the {total} rows of {name!r}")
+        raise ConfigError(
+            f"rows={rows} exceeds the {total} rows of {name!r}; rows=0 takes the "
+            "whole table (the app's run config sets rows=100000 for synthetic-ctr)"
+        )
     data_seed = np.random.SeedSequence(int(seed)).spawn(2)[1]
     perm = np.random.default_rng(data_seed).permutation(total)
     return np.sort(perm[:rows]).astype(np.int64)

@@ -137,6 +137,8 @@ PUBLIC_FIELDS: Fields = {
     "train_rows": None,
     "test_rows": None,
     "validation_rows": None,
+    # batch size and lr as resolved from the row count (no label enters).
+    "training": None,
     "data_info": _DATA_INFO,
     # Speed.
     "samples_per_second": None,

@@ -8,7 +8,6 @@ Parsed once, as Flower baselines do: ``[tool.flwr.app.config]`` in
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,6 +32,7 @@ from tpsl_flwr.data.bundled import BUNDLED, bundled_rows
 from tpsl_flwr.data.ctr.load import SPLITS
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.training_settings import check_training, resolve_denoise
+from tpsl_flwr.experiments.wide_settings import check_wide
 from tpsl_flwr.privacy.mechanisms import Mechanism, make_mechanism
 from tpsl_flwr.validation import check_int, check_placement, check_positive_finite
 
@@ -79,12 +79,16 @@ class ExperimentConfig:
     placement: str = "logits"
     reuse_noise: bool = True
     epochs: int = 2
-    batch_size: int = 256
-    lr: float = 3e-3
+    batch_size: int = 0
+    lr: float = 0.0
     lr_schedule: str = "cosine"
     weight_decay: float = 0.3
     model: str = "auto"
     wide: bool = False
+    wide_optimizer: str = "adam"
+    wide_lr: float = 5.0
+    wide_l1: float = 0.0
+    wide_l2: float = 0.0
     validation_fraction: float = 0.1
     denoise: str = "auto"
     denoise_prior: str = "model"
@@ -123,7 +127,6 @@ class ExperimentConfig:
         check_placement(self.placement)
         for name in (
             "epochs",
-            "batch_size",
             "steps_per_message",
             "num_parties",
             "embedding_dim",
@@ -138,11 +141,6 @@ class ExperimentConfig:
                 raise ConfigError(
                     f"{name.replace('_', '-')} must be an integer, got {value!r}"
                 )
-        lr = self.lr
-        if isinstance(lr, bool) or not isinstance(lr, int | float):
-            raise ConfigError(f"lr must be a number, got {lr!r}")
-        if not (lr > 0 and math.isfinite(lr)):
-            raise ConfigError(f"lr must be > 0 and finite, got {lr}")
         self._check_training()
         for name in ("out_dir", "label_dir", "transcript_dir"):
             if not isinstance(getattr(self, name), str):
@@ -165,8 +163,9 @@ class ExperimentConfig:
         self._check_parties()
 
     def _check_training(self) -> None:
-        """lr-schedule, weight-decay, validation-fraction and denoise."""
+        """batch-size, lr (0: auto, :func:`.resolve_training`) and the rest."""
         check_training(self)
+        check_wide(self)
 
     @property
     def split_model(self) -> str:
@@ -184,8 +183,9 @@ class ExperimentConfig:
 
     @property
     def label_denoise(self) -> str:
-        """``denoise`` with ``auto`` resolved: posterior where labels are noisy."""
-        return resolve_denoise(self.denoise, self.mechanism)
+        """``denoise`` with ``auto`` resolved (:func:`.resolve_denoise`)."""
+        k, eps = schema_classes(self.dataset), self.epsilon
+        return resolve_denoise(self.denoise, self.mechanism, classes=k, epsilon=eps)
 
     def _check_data(self) -> None:
         """Dataset, data-path, split, test-fraction, rows and hash-buckets."""

@@ -40,8 +40,10 @@ FIELD_HELP: dict[str, str] = {
     "reuse-noise": "draw each sample's noise once and reuse it every epoch "
     "(epsilon is spent once, not per epoch)",
     "epochs": "training epochs",
-    "batch-size": "samples per training step",
-    "lr": "Adam learning rate of every model",
+    "batch-size": "samples per training step; 0: auto, from the training rows "
+    "(the largest of 32, 64, 128, 256 giving each epoch 64 steps)",
+    "lr": "Adam learning rate of every model; 0: auto, from the run's optimizer "
+    "steps (3e-3 for 4000 steps or more, up to 1e-2 for short runs)",
     "lr-schedule": "learning-rate schedule over the run: constant, or cosine "
     "decay to 0 by the last step",
     "weight-decay": "decoupled weight decay (AdamW) of every model; 0: plain Adam",
@@ -52,13 +54,21 @@ FIELD_HELP: dict[str, str] = {
     "has categorical columns, else mlp",
     "wide": "add a wide (linear) part: each node's per-category weights and "
     "numeric weights, summed into the logit by the label party",
+    "wide-optimizer": "optimizer of the wide part: adam (the run's Adam(W), with "
+    "the deep part) or ftrl (FTRL-proximal with its own rate and L1/L2; needs wide)",
+    "wide-lr": "ftrl: alpha, the wide part's per-coordinate rate is "
+    "alpha / (1 + sqrt(sum of squared gradients))",
+    "wide-l1": "ftrl: L1 penalty of the wide weights (a weight stays exactly 0 "
+    "until its summed gradient exceeds it)",
+    "wide-l2": "ftrl: L2 penalty of the wide weights",
     "validation-fraction": "probability of a training record being held out "
     "for validation (by id alone); each epoch is scored on its noisy labels and "
     "the best epoch's models are restored at the end; 0: no validation",
     "denoise": "what the label party trains on: the mechanism's noisy labels "
     "(none, the paper), or their posterior given a prior (posterior; "
     "post-processing, same epsilon); auto: posterior for laplace and "
-    "discrete, none otherwise",
+    "discrete with 2 classes, or more classes where randomized response keeps "
+    "under half the labels, none otherwise",
     "denoise-prior": "prior of denoise=posterior: the current top model's "
     "prediction (model) or class frequencies estimated from the noisy labels "
     "(frequency)",
@@ -107,5 +117,6 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "denoise": DENOISERS,
     "denoise-prior": DENOISE_PRIORS,
     "model": MODELS,
+    "wide-optimizer": ("adam", "ftrl"),
 }
 """The valid values of the fields that name one of a fixed set."""

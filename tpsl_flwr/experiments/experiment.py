@@ -25,6 +25,7 @@ from tpsl_flwr.experiments.audience import (
 )
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run_report import write_report
+from tpsl_flwr.experiments.training_settings import training_of
 from tpsl_flwr.label_set import MIN_RECORDS
 from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.models import num_outputs_for
@@ -97,6 +98,8 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
             "labels in the file's other row limits; use rows >= "
             f"{MIN_RECORDS} (or 0 for the whole file)"
         )
+    # batch-size / lr = 0 resolved from the training rows, as every node does.
+    training = training_of(cfg, int(labels.train_labels.size))
     store = LabelStore(cfg.label_party_dir)
     provide_seeded_key(cfg)
     release = store.open_release(
@@ -122,7 +125,7 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         mechanism,
         release.key,
         placement=cfg.placement,
-        optimizer=adam(cfg.lr, cfg.weight_decay),
+        optimizer=adam(training.lr, cfg.weight_decay),
         reuse_noise=cfg.reuse_noise,
         denoise=cfg.label_denoise,
         denoise_prior=cfg.denoise_prior,
@@ -130,7 +133,7 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
     strategy = TPSLStrategy(
         party,
         test_labels=labels.test_labels,
-        batch_size=cfg.batch_size,
+        batch_size=training.batch_size,
         epochs=cfg.epochs,
         steps_per_message=cfg.steps_per_message,
         pipeline_depth=cfg.pipeline_depth,
@@ -147,6 +150,7 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         "num_classes": labels.num_classes,
         "train_rows": int(labels.train_labels.size),
         "test_rows": int(labels.test_labels.size),
+        "training": training.to_dict(),
         "data_info": {k: _jsonable(v) for k, v in labels.info.items()},
         "key_origin": release.origin,
         "ledger": None if release.ledger is None else release.ledger.to_dict(),

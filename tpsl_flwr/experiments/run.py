@@ -40,6 +40,7 @@ from tpsl_flwr.experiments.run_folder import (
     read_failure,
     write_atomic,
 )
+from tpsl_flwr.experiments.training_settings import resolve_training
 
 if TYPE_CHECKING:
     from tpsl_flwr.engines.inprocess import InProcessGrid
@@ -268,7 +269,12 @@ def round_trip_seconds(results: dict[str, Any]) -> float:
     10.111
     """
     config = results["config"]
-    batches = math.ceil(int(results["train_rows"]) / int(config["batch-size"]))
+    rows = int(results["train_rows"])
+    # batch-size 0 (auto) resolves from the training rows alone, as in the run.
+    batch = resolve_training(
+        train_rows=rows, epochs=1, batch_size=int(config["batch-size"])
+    ).batch_size
+    batches = math.ceil(rows / batch)
     train = math.ceil(batches / int(config["steps-per-message"]))
     depth = int(config.get("pipeline-depth", 0))
     messages = train + min(depth, train - 1) + 1

@@ -13,7 +13,8 @@ The Flower roles (:mod:`tpsl_flwr.strategies`, :mod:`tpsl_flwr.simulations`)
 wrap these; so can any other transport.
 
 Modules: :mod:`~tpsl_flwr.parties.label_party`,
-:mod:`~tpsl_flwr.parties.non_label_party`, :mod:`~tpsl_flwr.parties.optim`.
+:mod:`~tpsl_flwr.parties.non_label_party`, :mod:`~tpsl_flwr.parties.optim`,
+:mod:`~tpsl_flwr.parties.ftrl` (the wide part's FTRL-proximal).
 """
 
 from tpsl_flwr.parties.label_party import NOISE_CACHE_BYTES, LabelParty, noise_stream

@@ -44,6 +44,11 @@ class NonLabelParty:
         here with a one-row forward (eval mode, no gradient).
     optimizer
         Factory building the bottom model's optimizer.
+    wide_optimizer
+        Factory building a separate optimizer of the bottom model's wide part
+        (its ``wide_parameters()``), e.g. :func:`~tpsl_flwr.parties.ftrl.ftrl`;
+        ``optimizer`` then takes every other parameter. None: ``optimizer``
+        takes them all.
 
     Raises
     ------
@@ -78,6 +83,8 @@ class NonLabelParty:
         features: dict[str, FeatureSplit],
         bottom: nn.Module,
         optimizer: OptimizerFactory | None = None,
+        *,
+        wide_optimizer: OptimizerFactory | None = None,
     ) -> None:
         if not isinstance(features, dict):
             raise ConfigError(
@@ -95,7 +102,9 @@ class NonLabelParty:
         }
         self.bottom = bottom
         _check_bottom(bottom, *self.features["train"])
-        self.optimizer = (optimizer or adam(1e-3))(bottom.parameters())
+        self.optimizer, self.wide_optimizer = _optimizers(
+            bottom, optimizer or adam(1e-3), wide_optimizer
+        )
         # The last training batch's ids and output, graph kept, for the
         # gradient that comes back for it before any parameter changes.
         self._kept: tuple[np.ndarray, Tensor] | None = None
@@ -158,26 +167,75 @@ class NonLabelParty:
             )
         if not torch.isfinite(grad).all():
             raise ConfigError("received gradient contains NaN or inf")
-        self.optimizer.zero_grad()
+        optimizers = [self.optimizer, *filter(None, [self.wide_optimizer])]
+        for optimizer in optimizers:
+            optimizer.zero_grad()
         out.backward(grad)
-        self.optimizer.step()
+        for optimizer in optimizers:
+            optimizer.step()
 
     def set_lr_scale(self, scale: float) -> None:
-        """Scale the optimizer's initial learning rate (the label party's schedule)."""
+        """Scale the optimizers' initial learning rates (the label party's schedule)."""
         set_lr_scale(self.optimizer, scale)
+        if self.wide_optimizer is not None:
+            set_lr_scale(self.wide_optimizer, scale)
 
     def state_dict(self) -> dict[str, Any]:
-        """Bottom model and optimizer state."""
-        return {
+        """Bottom model and optimizer state (and the wide optimizer's, if any)."""
+        state = {
             "bottom": self.bottom.state_dict(),
             "optimizer": self.optimizer.state_dict(),
         }
+        if self.wide_optimizer is not None:
+            state["wide_optimizer"] = self.wide_optimizer.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore :meth:`state_dict`.
+
+        Raises
+        ------
+        ConfigError
+            If the checkpoint was written with a separate wide optimizer and
+            this party has none, or the other way round.
+        """
         load_checkpoint_state(self.bottom, state["bottom"], "bottom model")
+        has_wide = "wide_optimizer" in state
+        if has_wide != (self.wide_optimizer is not None):
+            written, here = ("a", "none") if has_wide else ("no", "one")
+            raise ConfigError(
+                f"the checkpoint was written with {written} separate wide "
+                f"optimizer and this run has {here}: resume with the settings it "
+                "was written with (wide, wide-optimizer)"
+            )
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.wide_optimizer is not None:
+            self.wide_optimizer.load_state_dict(state["wide_optimizer"])
         self._kept = None
+
+
+def _optimizers(
+    bottom: nn.Module, deep: OptimizerFactory, wide: OptimizerFactory | None
+) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer | None]:
+    """``(optimizer, wide optimizer)``: the wide one over ``wide_parameters()``.
+
+    Raises
+    ------
+    ConfigError
+        If ``wide`` is given and the bottom model has no wide part.
+    """
+    if wide is None:
+        return deep(bottom.parameters()), None
+    wide_parameters = getattr(bottom, "wide_parameters", None)
+    own = list(wide_parameters()) if callable(wide_parameters) else []
+    if not own:
+        raise ConfigError(
+            "a wide optimizer needs a bottom model with a wide part "
+            "(wide_parameters() not empty); set wide = true"
+        )
+    ids = {id(p) for p in own}
+    rest = [p for p in bottom.parameters() if id(p) not in ids]
+    return deep(rest), wide(own)
 
 
 def _feature_split(split: object, given: object) -> tuple[Tensor, Tensor]:

@@ -21,6 +21,8 @@ from flwr.clientapp import ClientApp
 from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.experiments.architecture import build_bottom
 from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.training_settings import training_of
+from tpsl_flwr.experiments.wide_settings import wide_optimizer
 from tpsl_flwr.parties import NonLabelParty, adam
 from tpsl_flwr.wire.client_app import PartyFactory, make_client_app, partition_of
 from tpsl_flwr.wire.recorder import record_if_configured
@@ -42,13 +44,16 @@ def builtin_party(context: Context) -> NonLabelParty:
     view = cfg.load_party(partition)
     train, test = view.train, view.test
     bottom = build_bottom(cfg, train.numeric.shape[1], train.cardinalities, partition)
+    # lr = 0 resolved from the training rows: a public count, the label party's too.
+    training = training_of(cfg, len(train))
     return NonLabelParty(
         {
             "train": (train.numeric, train.categorical),
             "test": (test.numeric, test.categorical),
         },
         bottom,
-        adam(cfg.lr, cfg.weight_decay),
+        adam(training.lr, cfg.weight_decay),
+        wide_optimizer=wide_optimizer(cfg),
     )
 
 

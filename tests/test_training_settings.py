@@ -1,0 +1,169 @@
+"""Defaults that scale with the data: ``batch-size = 0`` and ``lr = 0`` resolved."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.training_settings import (
+    BASE_LR,
+    MAX_LR,
+    resolve_training,
+    training_of,
+)
+
+
+def test_a_small_table_gets_small_batches_and_a_larger_rate():
+    # Execute: digits' ~1400 training rows, 5 epochs
+    settings = resolve_training(train_rows=1437, epochs=5)
+
+    # Assert: 45 steps an epoch (not 6 at 256), and the fastest rate
+    assert settings.batch_size == 32
+    assert settings.steps == 5 * 45
+    assert settings.lr == MAX_LR
+    assert settings.auto == ("batch-size", "lr")
+
+
+def test_a_large_table_keeps_the_defaults_chosen_on_200k_rows():
+    # 200k synthetic rows: 160k train, 8 epochs (the README's measured table)
+    settings = resolve_training(train_rows=160_000, epochs=8)
+
+    assert (settings.batch_size, settings.lr) == (256, BASE_LR)
+    assert settings.steps == 8 * 625
+
+
+def test_the_batch_is_the_largest_that_gives_64_steps_an_epoch():
+    assert resolve_training(train_rows=64 * 256, epochs=1).batch_size == 256
+    assert resolve_training(train_rows=64 * 256 - 1, epochs=1).batch_size == 128
+    assert resolve_training(train_rows=64 * 64, epochs=1).batch_size == 64
+    assert resolve_training(train_rows=10, epochs=1).batch_size == 32
+
+
+@pytest.mark.parametrize(
+    ("given_values", "expected"),
+    [
+        ({"batch_size": 512}, (512, None)),
+        ({"lr": 0.5}, (None, 0.5)),
+        ({"batch_size": 7, "lr": 1e-4}, (7, 1e-4)),
+    ],
+)
+def test_explicit_values_always_win(given_values, expected):
+    # Execute
+    for rows, epochs in ((100, 1), (1437, 5), (1_000_000, 20)):
+        settings = resolve_training(train_rows=rows, epochs=epochs, **given_values)
+
+        # Assert: what was given is used as given; only the rest is auto
+        batch, lr = expected
+        if batch is not None:
+            assert settings.batch_size == batch
+        if lr is not None:
+            assert settings.lr == lr
+        assert set(settings.auto) == {"batch-size", "lr"} - {
+            k.replace("_", "-") for k in given_values
+        }
+
+
+@given(
+    rows=st.integers(min_value=1, max_value=10**8),
+    epochs=st.integers(min_value=1, max_value=100),
+)
+def test_the_rate_stays_in_its_range_and_falls_with_more_steps(rows, epochs):
+    settings = resolve_training(train_rows=rows, epochs=epochs)
+    longer = resolve_training(train_rows=rows, epochs=epochs + 1)
+
+    assert BASE_LR <= settings.lr <= MAX_LR
+    assert longer.lr <= settings.lr
+    assert settings.batch_size in (32, 64, 128, 256)
+    assert settings.steps == epochs * -(-rows // settings.batch_size)
+
+
+def test_only_public_counts_enter_the_rule():
+    # The rule's inputs are counts and the run config: no label, no data.
+    params = set(inspect.signature(resolve_training).parameters)
+    assert params == {"train_rows", "epochs", "batch_size", "lr"}
+
+
+def test_the_label_party_and_every_node_resolve_the_same_values():
+    # Prepare: the label party counts its labels, each node its own rows
+    cfg = ExperimentConfig(dataset="breast-cancer", num_parties=3)
+    label_rows = cfg.load_labels().train_labels.size
+
+    # Execute
+    at_label_party = training_of(cfg, int(label_rows))
+    at_nodes = [training_of(cfg, len(cfg.load_party(p).train)) for p in range(3)]
+
+    # Assert
+    assert all(node == at_label_party for node in at_nodes)
+    assert at_label_party.batch_size == 32
+
+
+def test_the_defaults_are_auto_and_round_trip_through_the_run_config():
+    cfg = ExperimentConfig()
+    assert (cfg.batch_size, cfg.lr) == (0, 0.0)
+    again = ExperimentConfig.from_run_config(cfg.to_run_config())
+    assert dataclasses.asdict(again) == dataclasses.asdict(cfg)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("batch_size", -1, "batch-size must be an integer >= 0, got -1"),
+        ("lr", -0.1, r"lr must be >= 0 \(0: auto\) and finite, got -0.1"),
+        ("lr", float("inf"), "lr must be >= 0"),
+        ("lr", "fast", "lr must be a number, got 'fast'"),
+    ],
+)
+def test_bad_values_are_refused_naming_them(field, value, message):
+    with pytest.raises(ConfigError, match=message):
+        ExperimentConfig(**{field: value})
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "classes", "epsilon", "expected"),
+    [
+        ("laplace", 2, 1.0, "posterior"),
+        ("discrete", 2, 8.0, "posterior"),  # two classes: always
+        ("discrete", 10, 4.0, "none"),  # keeps 0.86: the model's prior misleads
+        ("discrete", 10, 1.0, "posterior"),  # keeps 0.23
+        ("gaussian", 2, 1.0, "none"),
+        ("none", 10, 1.0, "none"),
+    ],
+)
+def test_auto_denoise_follows_the_noise_and_the_public_schema(
+    mechanism, classes, epsilon, expected
+):
+    from tpsl_flwr.experiments.training_settings import resolve_denoise
+
+    got = resolve_denoise("auto", mechanism, classes=classes, epsilon=epsilon)
+    assert got == expected
+    assert resolve_denoise("none", mechanism, classes=classes) == "none"
+
+
+def test_the_config_resolves_denoise_from_its_schema():
+    digits = ExperimentConfig(dataset="digits", mechanism="discrete", epsilon=4.0)
+    assert digits.label_denoise == "none"
+    assert ExperimentConfig(dataset="digits", mechanism="discrete").label_denoise == (
+        "posterior"
+    )
+    assert ExperimentConfig(mechanism="discrete", epsilon=4.0).label_denoise == (
+        "posterior"
+    )
+
+
+@pytest.mark.parametrize(
+    ("given_values", "message"),
+    [
+        ({"train_rows": 0}, "training rows must be an integer >= 1, got 0"),
+        ({"batch_size": -3}, "batch-size must be an integer >= 0, got -3"),
+        ({"lr": float("nan")}, "lr must be >= 0"),
+    ],
+)
+def test_resolve_training_refuses_bad_values_naming_them(given_values, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_training(**{"train_rows": 100, "epochs": 1, **given_values})
