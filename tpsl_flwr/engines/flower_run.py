@@ -7,6 +7,13 @@ process the run started (by PID), echoes this run's progress lines while it
 runs (never the last run's: its log is removed first), and returns the results
 JSON the ServerApp wrote. A failed run ends in one line naming the cause; the
 tracebacks stay in ``out-dir/flwr-run.log``.
+
+The run joins a running Ray cluster when ``RAY_ADDRESS`` names one (or a
+``ray start`` cluster is recorded on this host): see
+:mod:`~tpsl_flwr.engines.ray_cluster` and ``docs/ray-cluster.md``. Every path
+in the run config is made absolute here, against the caller's working folder,
+since the label party and the node actors run in other processes, folders
+and possibly hosts.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import tpsl_flwr
 from tpsl_flwr.engines.flower_env import app_config, read_toml
 from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.engines.processes import FlowerLaunchError
+from tpsl_flwr.engines.ray_cluster import resolve_ray_target
 from tpsl_flwr.engines.simulation import run_flwr_simulation
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.audience import PUBLIC_SUMMARY, write_public
@@ -39,6 +47,33 @@ from tpsl_flwr.experiments.run_folder import (
 )
 
 RUN_LOG = "flwr-run.log"
+PATH_KEYS = ("out-dir", "label-dir", "data-path", "transcript-dir")
+"""Run-config keys that hold paths (empty: unset)."""
+
+
+def absolute_paths(
+    config: Mapping[str, Any], overrides: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``overrides`` with every path of ``config`` made absolute.
+
+    A relative path means the caller's working folder, where the command
+    line checked it; the ServerApp and the node actors of ``flwr run`` run
+    in other processes (and on a Ray cluster, other hosts), so each set
+    :data:`PATH_KEYS` entry of the merged ``config`` is passed on resolved
+    (``~`` expanded). Empty values stay unset.
+
+    Examples
+    --------
+    >>> import os
+    >>> out = absolute_paths({"out-dir": "runs/a", "data-path": ""}, {"epochs": 1})
+    >>> out["out-dir"] == os.path.join(os.getcwd(), "runs", "a"), "data-path" in out
+    (True, False)
+    """
+    resolved = dict(overrides)
+    for key in PATH_KEYS:
+        if config.get(key):
+            resolved[key] = str(Path(str(config[key])).expanduser().resolve())
+    return resolved
 
 
 def source_app_dir() -> Path:
@@ -155,22 +190,28 @@ def run_on_ray(
     ----------
     run_config
         Overrides of the app's ``[tool.flwr.app.config]`` (kebab-case keys).
-        ``out-dir`` is made absolute, since the ServerApp and ClientApps run
-        in other processes and folders.
+        Paths (:data:`PATH_KEYS`) are made absolute against this process's
+        working folder (:func:`absolute_paths`), since the ServerApp and
+        ClientApps run in other processes, folders and possibly hosts: on a
+        Ray cluster ``data-path`` must exist at that absolute path on every
+        host with a raylet.
     app_dir
         The app folder; this project's source tree by default.
     timeout
         Seconds to wait for the run.
     echo
         Where to copy the run's progress lines as they arrive
-        (:func:`progress_line`; ``None``: quiet). Everything else, tracebacks
-        included, stays in ``out-dir/flwr-run.log``.
+        (:func:`progress_line`; ``None``: quiet), after one line naming the
+        Ray cluster joined, if any. Everything else, tracebacks included,
+        stays in ``out-dir/flwr-run.log``.
 
     Returns
     -------
     dict
         The results JSON (``engine`` ``"ray"``), with the Flower run's wall
-        time, Ray's start-up included, as ``flower_wall_seconds``.
+        time, Ray's start-up included, as ``flower_wall_seconds``, and the
+        Ray cluster joined as ``ray_address`` (``None``: a new local
+        instance).
 
     Raises
     ------
@@ -179,14 +220,17 @@ def run_on_ray(
         partition for a node's error) and the log file,
         ``out-dir/flwr-run.log``. ``out-dir/FAILED`` holds the same cause, and
         the SuperLink's own log is kept as ``out-dir/superlink.log``.
+    ConfigError
+        If ``RAY_ADDRESS`` (or the latest ``ray start`` on this host) names
+        a cluster that does not answer, before anything starts
+        (:func:`~tpsl_flwr.engines.ray_cluster.resolve_ray_target`).
     """
     app = source_app_dir() if app_dir is None else Path(app_dir).resolve()
     config = {**app_config(app), **dict(run_config)}
-    out_dir = Path(str(config["out-dir"])).resolve()
+    overrides = absolute_paths(config, run_config)
+    out_dir = Path(overrides["out-dir"])
+    target = resolve_ray_target()
     out_dir.mkdir(parents=True, exist_ok=True)
-    overrides = {**dict(run_config), "out-dir": str(out_dir)}
-    if config.get("label-dir"):
-        overrides["label-dir"] = str(Path(str(config["label-dir"])).resolve())
     results_path = out_dir / RESULTS_FILE
     log_path = out_dir / RUN_LOG
     log_path.unlink(missing_ok=True)  # progress shown is always this run's
@@ -195,6 +239,9 @@ def run_on_ray(
     # FLWR_HOME holds installed copies of the app: keep it outside the app
     # folder (and out-dir), or the next `flwr run` would pack them too.
     flwr_home = Path(tempfile.mkdtemp(prefix="tpsl-flwr-home-"))
+    if echo is not None and target.joins_cluster:
+        echo.write(target.describe() + "\n")
+        echo.flush()
     stop = threading.Event()
     follower = None
     if echo is not None:
@@ -213,6 +260,7 @@ def run_on_ray(
                 timeout=timeout,
                 log_dir=out_dir,
                 check=False,
+                ray_target=target,
             )
             if not run.ok:
                 raise FlowerLaunchError(_failure(run, out_dir))
@@ -232,6 +280,7 @@ def run_on_ray(
         shutil.rmtree(flwr_home, ignore_errors=True)
     results = json.loads(results_path.read_text())
     results["flower_wall_seconds"] = run.wall_s
+    results["ray_address"] = target.address
     write_atomic(results_path, json.dumps(results, indent=2))
     # The shareable summary gains the Flower timings too (allow-listed fields).
     write_public(results_path.parent / PUBLIC_SUMMARY, results)

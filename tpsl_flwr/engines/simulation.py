@@ -5,6 +5,16 @@
 status, and ends every process the run started, by PID
 (:func:`~tpsl_flwr.engines.processes.terminate_launched`), also on timeout or
 error.
+
+On a running Ray cluster. Flower's Ray backend calls ``ray.init()`` without
+an address, so the run joins the cluster Ray's own resolution names
+(``RAY_ADDRESS``, else the latest ``ray start`` on this host); that target is
+resolved and checked reachable here before anything starts
+(:func:`~tpsl_flwr.engines.ray_cluster.resolve_ray_target`), and the node
+actors' resources come from
+:func:`~tpsl_flwr.engines.ray_cluster.client_resources` unless the caller
+names them. The cluster itself is never stopped: only the run's own processes
+are ended.
 """
 
 from __future__ import annotations
@@ -23,6 +33,12 @@ from tpsl_flwr.engines.flower_env import (
 )
 from tpsl_flwr.engines.flwr_cli import CompletedRun, flwr_run, query_status
 from tpsl_flwr.engines.processes import LAUNCH_ID_ENV, terminate_launched
+from tpsl_flwr.engines.ray_cluster import (
+    RayTarget,
+    client_resources,
+    resolve_ray_target,
+)
+from tpsl_flwr.errors import ConfigError
 
 __all__ = ["run_flwr_simulation"]
 
@@ -38,6 +54,7 @@ def run_flwr_simulation(
     log_dir: Path | None = None,
     check: bool = True,
     grace_s: float = 10.0,
+    ray_target: RayTarget | None = None,
 ) -> CompletedRun:
     """Run a Flower app in Ray simulation with ``flwr run <app> local --stream``.
 
@@ -73,7 +90,11 @@ def run_flwr_simulation(
         fields in kebab case): ``client-resources-num-cpus`` (int),
         ``client-resources-num-gpus`` (float), ``backend``, ``verbose``,
         ``init-args-num-cpus``, ``init-args-num-gpus``,
-        ``init-args-logging-level``, ``init-args-log-to-driver``.
+        ``init-args-logging-level``, ``init-args-log-to-driver``. Client
+        resources not given here come from
+        :func:`~tpsl_flwr.engines.ray_cluster.client_resources` (the caller's
+        Flower config, else 1 CPU per actor on a running cluster, else
+        Flower's default).
     log_dir : Path | None
         Where ``flwr-run.log`` and ``run-config.toml`` go; ``flwr_home`` if
         ``None``.
@@ -82,6 +103,9 @@ def run_flwr_simulation(
         the run completed.
     grace_s : float
         Seconds between SIGTERM and SIGKILL during cleanup.
+    ray_target : RayTarget | None
+        Where the node actors run, as resolved by the caller; resolved here
+        from this process's environment if ``None``.
 
     Returns
     -------
@@ -93,7 +117,10 @@ def run_flwr_simulation(
     FlowerLaunchError
         On timeout, or if ``check`` and the run did not complete.
     ConfigError
-        If a ``run_config`` key is not in the app's config.
+        If a ``run_config`` key is not in the app's config; if the Ray
+        cluster named by ``RAY_ADDRESS`` (or the latest ``ray start``) does
+        not answer; or if ``init-args-num-cpus``/``-num-gpus`` are given for
+        a run that joins a cluster (its raylets' resources are fixed).
     ValueError
         If ``num_supernodes < 1``.
     """
@@ -111,7 +138,19 @@ def run_flwr_simulation(
     env[LAUNCH_ID_ENV] = launch_id
     env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(http_port)
     env["FLWR_LOCAL_CONTROL_API_PORT"] = str(control_port)
-    fed = {"num-supernodes": num_supernodes, **dict(federation_config or {})}
+    target = resolve_ray_target(env) if ray_target is None else ray_target
+    fed = {
+        "num-supernodes": num_supernodes,
+        **client_resources(target),
+        **dict(federation_config or {}),
+    }
+    fixed = sorted({"init-args-num-cpus", "init-args-num-gpus"} & set(fed))
+    if target.joins_cluster and fixed:
+        raise ConfigError(
+            f"federation options {fixed} cannot apply when joining the Ray "
+            f"cluster at {target.address}: its raylets' resources are fixed by "
+            "`ray start`; drop them"
+        )
     args = ["--federation-config", kv_option(fed)]
     args += write_run_config(run_config or {}, log_dir / "run-config.toml")
     try:
