@@ -127,7 +127,8 @@ def test_every_binary_attack_has_a_standard_error_and_multiclass_top1_too():
 
 def test_the_transcript_audit_passes_the_ceiling_to_every_party():
     audit = TranscriptAudit([(0, 2)])
-    audit.records = [_flipped_epoch(286, 170, 76, 45)]
+    for record in _flipped_epoch(286, 170, 76, 45):
+        audit.add_batch([record])
     report = audit.epoch_report(CEILING)
     assert report["ceiling_verdict"]["sda"] == WITHIN
     assert report["by_party"][0]["standard_error"]["sda"] > 0

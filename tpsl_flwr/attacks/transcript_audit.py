@@ -1,8 +1,10 @@
 """The label party audits its own transcript with the attacker's attacks.
 
 Exactly what left the label party (each non-label party's slice of the
-dispatched, perturbed cut-layer gradient, as float32) is kept for one epoch and
-scored by :func:`~tpsl_flwr.attacks.report.attack_report`, so the numbers are
+dispatched, perturbed cut-layer gradient, as float32) is kept for a uniform
+sample of an epoch's batches (at most ``capacity_rows`` rows, 65,536 by
+default: memory stays bounded whatever the rows; an epoch that fits is kept
+whole) and scored by :func:`~tpsl_flwr.attacks.report.attack_report`, so the numbers are
 the attacker's numbers; the white-box shortest-distance attack also gets the
 candidate gradients ``g_j`` of the top model *before* the step (the parameters
 the perturbed gradient was computed with). Everything here is derived from
@@ -24,38 +26,56 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from torch import Tensor
 
 from tpsl_flwr.attacks.report import BatchRecord, attack_report
+from tpsl_flwr.attacks.reservoir import DEFAULT_AUDIT_ROWS, BatchReservoir
+from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.perturb import candidate_gradients
 from tpsl_flwr.privacy.prior_bound import prior_aware_ceiling
 
 
 class TranscriptAudit:
-    """Collect one epoch of each party's received gradients and attack them.
+    """Collect a bounded sample of an epoch's transcript and attack it.
 
     Parameters
     ----------
     slices
         ``(offset, width)`` of each non-label party's columns of the cut layer,
         in partition order.
+    capacity_rows
+        Rows of the epoch's transcript kept and scored, at most: a uniform
+        sample of whole batches
+        (:class:`~tpsl_flwr.attacks.reservoir.BatchReservoir`), so memory does
+        not grow with the rows. An epoch of at most ``capacity_rows //
+        batch_size`` batches is scored whole, exactly as without sampling.
+    seed
+        Seed of the batch sample (public; never depends on a label).
     """
 
-    def __init__(self, slices: Sequence[tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        slices: Sequence[tuple[int, int]],
+        *,
+        capacity_rows: int = DEFAULT_AUDIT_ROWS,
+        seed: int = 0,
+    ) -> None:
         self.slices = list(slices)
-        self.records: list[list[BatchRecord]] = [[] for _ in self.slices]
-        self.priors: list[tuple[np.ndarray, np.ndarray]] = []
-        """``(prior, labels)`` per step when the transcript carries the prior."""
+        self.capacity_rows = capacity_rows
+        self.seed = seed
+        self._sample: BatchReservoir[_Kept] = BatchReservoir(capacity_rows, seed)
         self.seconds = 0.0
 
     def step(
         self, party: LabelParty, ids: np.ndarray, embeddings: Tensor, epoch: int
     ) -> Tensor:
-        """Run ``party.train_step`` and record what it dispatches.
+        """Run ``party.train_step`` and record what it dispatches, if sampled.
 
         Returns
         -------
@@ -63,28 +83,51 @@ class TranscriptAudit:
             The dispatched gradient (unchanged).
         """
         started = time.perf_counter()
+        slot = self._sample.offer(len(ids))
+        if slot is None:
+            self.seconds += time.perf_counter() - started
+            return party.train_step(ids, embeddings, epoch=epoch)
         candidates = candidate_gradients(party.top, embeddings).numpy()
+        prior = None
         if _carries_model_prior(party):
             prior = party.predict(embeddings)[:, 1]
-            self.priors.append((prior, party.labels[ids]))
         spent = time.perf_counter() - started
         dispatched = party.train_step(ids, embeddings, epoch=epoch)
         started = time.perf_counter()
         grad = dispatched.numpy()
         labels = party.labels[ids]
-        for records, (offset, width) in zip(self.records, self.slices, strict=True):
-            cols = slice(offset, offset + width)
-            records.append(
-                BatchRecord(
-                    ids=np.asarray(ids).copy(),
-                    gradient=grad[:, cols].copy(),
-                    labels=labels,
-                    candidates=candidates[:, :, cols],
-                    batch_size=len(ids),
-                )
+        kept = np.asarray(ids).copy()
+        records = [
+            BatchRecord(
+                ids=kept,
+                gradient=grad[:, offset : offset + width].copy(),
+                labels=labels,
+                candidates=candidates[:, :, offset : offset + width].copy(),
+                batch_size=len(ids),
             )
+            for offset, width in self.slices
+        ]
+        self._sample.put(slot, _Kept(records, prior))
         self.seconds += spent + time.perf_counter() - started
         return dispatched
+
+    def add_batch(
+        self, records: Sequence[BatchRecord], prior: np.ndarray | None = None
+    ) -> bool:
+        """Offer one batch already recorded (one record per party); True if kept.
+
+        ``prior`` is the batch's model prior of label 1, when the transcript
+        carries it (see the module docstring).
+        """
+        if len(records) != len(self.slices):
+            raise ConfigError(
+                f"add_batch needs one record per party ({len(self.slices)}), got "
+                f"{len(records)}"
+            )
+        slot = self._sample.offer(len(np.asarray(records[0].ids).reshape(-1)))
+        if slot is not None:
+            self._sample.put(slot, _Kept(list(records), prior))
+        return slot is not None
 
     def epoch_report(self, auc_bound: float | None) -> dict[str, Any]:
         """The epoch's attack results (party 0's at the top level), then reset.
@@ -93,17 +136,22 @@ class TranscriptAudit:
         -------
         dict
             Party 0's report (``norm``, ``cosine``, ``spectral``, ``sda`` AUCs
-            for binary labels, or ``sda_top1``; their ``standard_error``, each
-            AUC's ``ceiling_verdict`` against ``auc_bound``; ``per_batch``),
-            ``auc_bound``, ``by_party`` (every party's report), and
-            ``seconds`` spent auditing.
+            for binary labels, or ``sda_top1``; their ``standard_error`` over
+            the rows scored, each AUC's ``ceiling_verdict`` against
+            ``auc_bound``; ``per_batch``), ``auc_bound``, ``by_party`` (every
+            party's report), ``seconds`` spent auditing, and ``sample``: the
+            epoch's ``rows`` and ``batches``, the rows and batches ``scored``,
+            and ``complete`` (every batch scored).
         """
         started = time.perf_counter()
+        kept = self._sample.items()
         plain = auc_bound
-        if auc_bound is not None and self.priors:
-            auc_bound = max(auc_bound, self._prior_aware(auc_bound))
+        priors = [(k.prior, k.records[0].labels) for k in kept if k.prior is not None]
+        if auc_bound is not None and priors:
+            auc_bound = max(auc_bound, _prior_aware(priors, auc_bound))
         reports = [
-            attack_report(records, auc_bound=auc_bound) for records in self.records
+            attack_report([k.records[j] for k in kept], auc_bound=auc_bound)
+            for j in range(len(self.slices))
         ]
         self.seconds += time.perf_counter() - started
         out = {
@@ -111,22 +159,38 @@ class TranscriptAudit:
             "auc_bound": auc_bound,
             "by_party": reports,
             "seconds": self.seconds,
+            "sample": {
+                "rows": self._sample.seen_rows,
+                "batches": self._sample.seen_batches,
+                "scored_rows": int(reports[0]["samples"]),
+                "scored_batches": len(kept),
+                "capacity_rows": self.capacity_rows,
+                "complete": self._sample.complete,
+            },
         }
-        if self.priors:
+        if priors:
             out["auc_bound_without_prior"] = plain
-        self.records = [[] for _ in self.slices]
-        self.priors = []
+        self._sample = BatchReservoir(self.capacity_rows, self.seed)
         self.seconds = 0.0
         return out
 
-    def _prior_aware(self, auc_bound: float) -> float:
-        """The epoch's prior-aware ceiling for the plain ceiling ``auc_bound``."""
-        prior = np.clip(np.concatenate([p for p, _ in self.priors]), 1e-6, 1 - 1e-6)
-        labels = np.concatenate([y for _, y in self.priors])
-        if auc_bound >= 1.0 or labels.min() == labels.max():
-            return auc_bound
-        epsilon = float(np.log(auc_bound / (1.0 - auc_bound)))
-        return prior_aware_ceiling(prior, labels, epsilon)
+
+@dataclass(frozen=True)
+class _Kept:
+    """One sampled batch: each party's record, and the prior if recorded."""
+
+    records: list[BatchRecord]
+    prior: np.ndarray | None
+
+
+def _prior_aware(priors: list[tuple[np.ndarray, ArrayLike]], auc_bound: float) -> float:
+    """The sample's prior-aware ceiling for the plain ceiling ``auc_bound``."""
+    prior = np.clip(np.concatenate([p for p, _ in priors]), 1e-6, 1 - 1e-6)
+    labels = np.concatenate([np.asarray(y) for _, y in priors])
+    if auc_bound >= 1.0 or labels.min() == labels.max():
+        return auc_bound
+    epsilon = float(np.log(auc_bound / (1.0 - auc_bound)))
+    return prior_aware_ceiling(prior, labels, epsilon)
 
 
 def _carries_model_prior(party: LabelParty) -> bool:

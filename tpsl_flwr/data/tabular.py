@@ -17,27 +17,28 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tpsl_flwr.data.mapped import MappedColumns
 from tpsl_flwr.errors import ConfigError
 
 __all__ = ["DatasetSplit", "PartyFeatures", "TabularData", "check_ids"]
 
 
 def _check_features(
-    numeric: np.ndarray,
-    categorical: np.ndarray,
+    numeric: np.ndarray | MappedColumns,
+    categorical: np.ndarray | MappedColumns,
     cardinalities: tuple[int, ...],
     numeric_names: tuple[str, ...],
     categorical_names: tuple[str, ...],
 ) -> int:
     """Validate the feature fields shared by both records; return the row count."""
-    if not isinstance(numeric, np.ndarray) or numeric.ndim != 2:
+    if not isinstance(numeric, np.ndarray | MappedColumns) or numeric.ndim != 2:
         raise ConfigError(
             f"numeric must be a 2-d numpy array, got {type(numeric).__name__} "
             f"with shape {getattr(numeric, 'shape', None)}"
         )
     if numeric.dtype != np.float32:
         raise ConfigError(f"numeric must have dtype float32, got {numeric.dtype}")
-    if not isinstance(categorical, np.ndarray) or categorical.ndim != 2:
+    if not isinstance(categorical, np.ndarray | MappedColumns) or categorical.ndim != 2:
         raise ConfigError(
             f"categorical must be a 2-d numpy array, got "
             f"{type(categorical).__name__} with shape "
@@ -120,9 +121,11 @@ class PartyFeatures:
 
     Parameters
     ----------
-    numeric : np.ndarray
-        ``(n, n_num)`` float32 numeric features (already standardized).
-    categorical : np.ndarray
+    numeric : np.ndarray or MappedColumns
+        ``(n, n_num)`` float32 numeric features (already standardized). A
+        :class:`~tpsl_flwr.data.mapped.MappedColumns` (Criteo/Avazu views)
+        reads rows from the memory-mapped cache per batch instead.
+    categorical : np.ndarray or MappedColumns
         ``(n, n_cat)`` int64 codes; column ``j`` holds values in
         ``[0, cardinalities[j])``.
     cardinalities : tuple of int
@@ -136,8 +139,8 @@ class PartyFeatures:
         If shapes, dtypes, names or category codes disagree.
     """
 
-    numeric: np.ndarray
-    categorical: np.ndarray
+    numeric: np.ndarray | MappedColumns
+    categorical: np.ndarray | MappedColumns
     cardinalities: tuple[int, ...]
     numeric_names: tuple[str, ...]
     categorical_names: tuple[str, ...]

@@ -37,6 +37,7 @@ from tpsl_flwr.data.bundled import (
     bundled_labels,
     bundled_rows,
 )
+from tpsl_flwr.data.mapped import MappedColumns, column_stats
 from tpsl_flwr.data.membership import hash_is_test, split_positions
 from tpsl_flwr.data.preprocess import bayes_auc, label_info, standardize
 from tpsl_flwr.data.spec import DataSpec, dataset_columns
@@ -65,7 +66,11 @@ def load_party_view(
     Numeric columns are standardized with the train records' mean and standard
     deviation of that column, so the result equals the matching columns of
     :func:`~tpsl_flwr.data.load_dataset`. Cached per process (a Flower ClientApp
-    is rebuilt for every message); treat the arrays as read-only.
+    is rebuilt for every message); treat the arrays as read-only. For
+    ``"criteo"``/``"avazu"`` the columns are
+    :class:`~tpsl_flwr.data.mapped.MappedColumns` over the memory-mapped cache,
+    gathered (and standardized) a batch at a time: the view holds no copy of
+    the table, so its memory does not grow with the file.
 
     Parameters
     ----------
@@ -217,17 +222,24 @@ def _party_view(
 def _ctr_party_view(
     spec: DataSpec, columns: tuple[str, ...], cache_dir: str | None
 ) -> PartyView:
-    """A party's columns of a Criteo/Avazu file (label column never converted)."""
+    """A party's columns of a Criteo/Avazu file (label column never converted).
+
+    The columns stay in the memory-mapped cache (int32 codes, float32 counts)
+    and are gathered per batch (:class:`~tpsl_flwr.data.mapped.MappedColumns`),
+    standardized with the train statistics on the fly: no copy of the table.
+    A record's id is its row in the file, so the ids index the map directly.
+    """
     _, enc, tr, te = _ctr_side(spec, columns, labels=False, cache_dir=cache_dir)
-    num_tr, num_te, _, _ = standardize(
-        np.asarray(enc.numeric[tr]), np.asarray(enc.numeric[te])
-    )
+    train_ids, test_ids = _frozen(tr), _frozen(te)
+    mean, std = column_stats(enc.numeric, train_ids)
     args = (enc.cardinalities, enc.numeric_names, enc.categorical_names)
+    sides = []
+    for ids in (train_ids, test_ids):
+        numeric = MappedColumns(enc.numeric, ids, np.float32, mean, std)
+        categorical = MappedColumns(enc.categorical, ids, np.int64)
+        sides.append(PartyFeatures(numeric, categorical, *args))
     return PartyView(
-        train=PartyFeatures(num_tr, enc.categorical[tr].astype(np.int64), *args),
-        test=PartyFeatures(num_te, enc.categorical[te].astype(np.int64), *args),
-        train_ids=_frozen(tr),
-        test_ids=_frozen(te),
+        train=sides[0], test=sides[1], train_ids=train_ids, test_ids=test_ids
     )
 
 
@@ -279,14 +291,15 @@ def _ctr_label_view(
 
     fmt, enc, tr, te = _ctr_side(spec, (), labels=True, cache_dir=cache_dir)
     assert enc.labels is not None
-    labels = np.asarray(enc.labels).astype(np.int64)
-    info: dict[str, Any] = label_info(labels, labels[tr], labels[te], 2)
+    train_labels = enc.labels[tr].astype(np.int64)
+    test_labels = enc.labels[te].astype(np.int64)
+    info: dict[str, Any] = label_info(enc.labels, train_labels, test_labels, 2)
     info.update(num_numeric=num_numeric, num_categorical=num_categorical)
     info.update(side_info(fmt, enc, spec.split))
     info["seed"] = int(spec.seed)
     return LabelView(
-        train_labels=labels[tr],
-        test_labels=labels[te],
+        train_labels=train_labels,
+        test_labels=test_labels,
         num_classes=2,
         train_ids=_frozen(tr),
         test_ids=_frozen(te),

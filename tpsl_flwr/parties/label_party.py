@@ -45,6 +45,8 @@ _STREAMS_PER_EPOCH = 4
 MODEL_PRIOR_CLIP = 1e-6
 """The model prior's probabilities are clipped to ``[c, 1 - c]``."""
 _PRIOR_CHUNK = 1 << 16
+PREDICT_CHUNK_ROWS = 1 << 13
+"""Rows per forward pass of :meth:`LabelParty.predict`."""
 NOISE_CACHE_BYTES = 256 * 2**20
 """Most memory :class:`LabelParty` spends on precomputed per-sample noise."""
 
@@ -355,12 +357,21 @@ class LabelParty:
 
     @torch.no_grad()
     def predict(self, embeddings: Tensor) -> np.ndarray:
-        """Class probabilities ``(n, k)`` for embeddings (evaluation only)."""
-        logits = self.top(torch.as_tensor(embeddings, dtype=torch.float32))
-        if logits.shape[1] == 1:
-            positive = torch.sigmoid(logits[:, 0])
-            return torch.stack([1 - positive, positive], dim=1).numpy()
-        return torch.softmax(logits, dim=1).numpy()
+        """Class probabilities ``(n, k)`` for embeddings (evaluation only).
+
+        The top model runs on at most :data:`PREDICT_CHUNK_ROWS` rows at a
+        time, so its activations do not grow with the test set.
+        """
+        x = torch.as_tensor(embeddings, dtype=torch.float32)
+        parts = []
+        for start in range(0, max(1, x.shape[0]), PREDICT_CHUNK_ROWS):
+            logits = self.top(x[start : start + PREDICT_CHUNK_ROWS])
+            if logits.shape[1] == 1:
+                positive = torch.sigmoid(logits[:, 0])
+                parts.append(torch.stack([1 - positive, positive], dim=1).numpy())
+            else:
+                parts.append(torch.softmax(logits, dim=1).numpy())
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume but the key, which is named by fingerprint.

@@ -18,11 +18,15 @@ from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import OptimizerFactory, adam, set_lr_scale
 from tpsl_flwr.validation import check_sample_ids
 
-FeatureSplit = tuple[np.ndarray, np.ndarray | None] | np.ndarray
+EMBED_CHUNK_ROWS = 1 << 13
+"""Rows per forward pass of an embedding without gradient (evaluation)."""
+
+FeatureSplit = tuple[np.ndarray | Any, np.ndarray | Any | None] | np.ndarray
 """One split of a non-label party's features: ``(numeric, categorical)``.
 
 ``categorical`` may be ``None`` (no categorical columns), and a lone numeric
-array means the same.
+array means the same. Arrays that gather their rows on demand (a mapped
+Criteo/Avazu view) are kept as they are and read per batch.
 """
 
 
@@ -144,8 +148,17 @@ class NonLabelParty:
             out = self._forward(sample_ids, split)
             self._kept = (np.asarray(sample_ids).copy(), out)
             return out.detach()
+        ids = check_sample_ids(sample_ids)
         with torch.no_grad():
-            return self._forward(sample_ids, split)
+            if ids.size <= EMBED_CHUNK_ROWS:
+                return self._forward(ids, split)
+            # Evaluation queries (a whole split): bounded activations.
+            return torch.cat(
+                [
+                    self._forward(ids[a : a + EMBED_CHUNK_ROWS], split)
+                    for a in range(0, ids.size, EMBED_CHUNK_ROWS)
+                ]
+            )
 
     def apply_gradient(self, sample_ids: object, gradient: object) -> None:
         """Back-propagate a received cut-layer gradient and step the optimizer.
@@ -238,8 +251,31 @@ def _optimizers(
     return deep(rest), wide(own)
 
 
+class _GatheredRows:
+    """Rows of a table gathered per batch (``table[ids]``), as a tensor.
+
+    Wraps a split whose arrays are not in memory (a memory-mapped Criteo/Avazu
+    view, :class:`~tpsl_flwr.data.mapped.MappedColumns`): indexing with a
+    tensor of ids or a slice returns only those rows, so the party never
+    copies its whole table.
+    """
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self.shape = torch.Size(source.shape)
+        self.ndim = 2
+
+    def __getitem__(self, key: Tensor | slice) -> Tensor:
+        rows = key.numpy() if isinstance(key, Tensor) else key
+        return torch.from_numpy(np.ascontiguousarray(self.source[rows]))
+
+
 def _feature_split(split: object, given: object) -> tuple[Tensor, Tensor]:
-    """One split as ``(float32 (n, c), int64 (n, m))`` tensors, or a ConfigError."""
+    """One split as ``(float32 (n, c), int64 (n, m))`` tensors, or a ConfigError.
+
+    Arrays that gather their rows on demand (``gathers_rows``) stay as they
+    are, behind :class:`_GatheredRows`.
+    """
     where = f"features[{split!r}]"
     if isinstance(given, tuple | list):
         if len(given) != 2:
@@ -249,6 +285,10 @@ def _feature_split(split: object, given: object) -> tuple[Tensor, Tensor]:
         numeric, categorical = given
     else:
         numeric, categorical = given, None
+    if getattr(numeric, "gathers_rows", False) and getattr(
+        categorical, "gathers_rows", False
+    ):
+        return _GatheredRows(numeric), _GatheredRows(categorical)  # type: ignore[return-value]
     try:
         num = torch.as_tensor(np.asarray(numeric, dtype=np.float32))
     except (TypeError, ValueError) as err:

@@ -54,6 +54,7 @@ from flwr.superlink.grid import InMemoryGrid
 
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.strategies.exchange import Pushed, collect, push
+from tpsl_flwr.strategies.progress import EpochProgress
 
 if TYPE_CHECKING:
     from tpsl_flwr.strategies.tpsl_strategy import TPSLStrategy
@@ -103,6 +104,8 @@ def train_steps(
     depth = strategy.pipeline_depth
     check_pipeline_grid(grid, depth)
     queue: deque[_InFlight] = deque()
+    total = sum(len(b) for b in state.batches)
+    progress = EpochProgress(state.epoch, strategy.epochs, total)
     while state.cursor < len(state.batches) or queue:
         while len(queue) <= depth and (
             state.cursor < len(state.batches)
@@ -118,4 +121,5 @@ def train_steps(
         replies = collect(grid, oldest.pushed, timeout, strategy.poll_interval)
         state.in_flight = oldest.batches
         strategy.aggregate_train(oldest.server_round, replies)
+        progress.update(state.samples)
     return server_round

@@ -1,0 +1,161 @@
+"""Peak memory and speed of one training epoch as the rows grow (Criteo format).
+
+Writes one Criteo-format ``train.txt`` (the calibrated generator, the largest
+size asked for) into a temporary folder, then for every size ``N`` and with and
+without the transcript audit runs::
+
+    tpsl-flwr simulate --dataset criteo --rows N --epochs 1 --batch-size 1024
+        --engine local
+
+in its own subprocess, sampling the anonymous resident memory (``RssAnon`` of
+``/proc/PID/status``, summed over the process and its children) every
+``--interval`` seconds. ``RssAnon`` leaves out the file-backed pages of the
+memory-mapped cache, which the kernel can drop at will; it is the memory a run
+really needs. Each size reads the first ``N`` rows of the same file, and its
+first run (audit on) writes the encoded cache; the second reads it.
+
+Prints, per size and audit setting, the peak ``RssAnon``, training samples/s
+(as ``simulate`` reports it) and wall time, then the growth in bytes per row
+between consecutive sizes: the figure that must stay flat (<= 100 B/row) for
+memory to be bounded whatever the row count.
+
+Usage: ``python bench/scale_rows.py [--rows 50000,200000,500000] [--audit
+both|on|off] [--keep DIR] [-- extra simulate flags]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def rss_anon_kb(pid: int) -> int:
+    """``RssAnon`` in KiB of ``pid`` (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (Linux ``/proc/PID/task/*/children``)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children", encoding="ascii") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+            except OSError:
+                continue
+            out.extend(kids)
+            todo.extend(kids)
+    return out
+
+
+def run_sampled(
+    cmd: list[str], interval: float, ledger: Path
+) -> tuple[int, float, int]:
+    """Run ``cmd``; return its exit status, wall seconds and peak RssAnon (KiB).
+
+    ``ledger`` is the run's own privacy ledger folder, so that benchmark runs
+    never count as releases of the user's label sets.
+    """
+    env = {**os.environ, "TPSL_FLWR_LEDGER_DIR": str(ledger)}
+    log = ledger.parent / "log.txt"
+    start = time.perf_counter()
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
+        peak = 0
+        while proc.poll() is None:
+            total = sum(rss_anon_kb(p) for p in (proc.pid, *children(proc.pid)))
+            peak = max(peak, total)
+            time.sleep(interval)
+    err = log.read_text(errors="replace")
+    if proc.returncode:
+        print(f"failed ({proc.returncode}): {err.strip().splitlines()[-1:]}")
+    return proc.returncode, time.perf_counter() - start, peak
+
+
+def simulate_cmd(
+    data: Path, rows: int, audit: bool, out: Path, extra: list[str]
+) -> list[str]:
+    """The ``simulate`` command of one measurement."""
+    return [
+        sys.executable, "-m", "tpsl_flwr.simulations.cli", "simulate",
+        "--dataset", "criteo", "--data-path", str(data), "--rows", str(rows),
+        "--epochs", "1", "--batch-size", "1024", "--engine", "local",
+        "--audit" if audit else "--no-audit",
+        "--out-dir", str(out / "run"), "--overwrite",
+        "--json", str(out / "results.json"), *extra,
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="50000,200000,500000")
+    parser.add_argument("--audit", choices=("both", "on", "off"), default="both")
+    parser.add_argument("--interval", type=float, default=0.2)
+    parser.add_argument("--keep", help="write the file here and keep it")
+    parser.add_argument("extra", nargs="*", help="extra simulate flags (after --)")
+    args = parser.parse_args()
+    sizes = sorted(int(r) for r in args.rows.split(","))
+    audits = {"both": (True, False), "on": (True,), "off": (False,)}[args.audit]
+
+    from tpsl_flwr.testing.ctr_generator import write_criteo
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(args.keep) if args.keep else Path(tmp)
+        data = folder / "train.txt"
+        if not data.exists():
+            write_criteo(data, sizes[-1], seed=0)
+        rows_out = []
+        for n in sizes:
+            for audit in audits:
+                out = Path(tmp) / f"out-{n}-{int(audit)}"
+                out.mkdir(parents=True, exist_ok=True)
+                cmd = simulate_cmd(data, n, audit, out, args.extra)
+                rc, wall, peak = run_sampled(cmd, args.interval, out / "ledger")
+                speed = float("nan")
+                if rc == 0:
+                    speed = json.loads((out / "results.json").read_text())[
+                        "samples_per_second"
+                    ]
+                rows_out.append((n, audit, peak * 1024, speed, wall))
+                print(
+                    f"rows {n:>9,d} audit {'on ' if audit else 'off'}  peak RssAnon "
+                    f"{peak / 1024:8,.0f} MB  {speed:8,.0f} samples/s  {wall:6.1f} s",
+                    flush=True,
+                )
+        print(f"\n{os.cpu_count()} CPUs; RssAnon sampled every {args.interval} s")
+        print(f"{'rows':>10s} {'audit':>5s} {'peak MB':>9s} {'B/row growth':>13s} "
+              f"{'samples/s':>10s}")  # fmt: skip
+        for audit in audits:
+            prev = None
+            for n, a, peak, speed, _ in rows_out:
+                if a != audit:
+                    continue
+                growth = (
+                    "-" if prev is None else f"{(peak - prev[1]) / (n - prev[0]):,.0f}"
+                )
+                print(f"{n:>10,d} {'on' if a else 'off':>5s} {peak / 2**20:9,.0f} "
+                      f"{growth:>13s} {speed:10,.0f}")  # fmt: skip
+                prev = (n, peak)
+
+
+if __name__ == "__main__":
+    main()
