@@ -15,6 +15,7 @@ Cases (``--only NAME[,NAME]``; ``flwr`` runs only with ``--flwr`` or by name):
 ``breast-laplace``     breast-cancer, Laplace eps 1: AUC >= 0.98
 ``criteo-none``        5000 generated Criteo rows, none: AUC >= LR - 0.005
 ``criteo-laplace``     same file, Laplace eps 1: AUC >= noisy-label LR - 0.01
+``criteo-*-wide``      both, with ``--wide --wide-optimizer ftrl`` (same targets)
 ``synthetic-none``     synthetic-ctr 200k rows, 8 epochs: AUC >= 0.80
 ``synthetic-laplace``  same, Laplace eps 1: AUC >= 0.755
 ``synthetic-discrete`` same, discrete eps 1: AUC >= 0.765
@@ -22,9 +23,10 @@ Cases (``--only NAME[,NAME]``; ``flwr`` runs only with ``--flwr`` or by name):
 =====================  ======================================================
 
 Everything else is the defaults of :class:`ExperimentConfig` (``epochs``
-included, except the synthetic cases), run in-process with
-``run_experiment(cfg, "local", overwrite=True)``, ``noise_seed=0`` and
-``seed=0``, each in its own temporary out-dir. The synthetic cases also require
+included, except the synthetic cases and digits, which run the issue's 5
+epochs), run in-process with ``run_experiment(cfg, "local", overwrite=True)``,
+``noise_seed=0`` and ``seed=0`` (``--seed``), each in its own temporary
+out-dir. The synthetic cases also require
 "final = best epoch": the last epoch's test AUC is within 0.001 of the best
 epoch's (training must not peak early and decay). Private cases run with the
 per-epoch transcript audit (``audit=True``; it records what is dispatched and
@@ -74,7 +76,7 @@ ledger: the bench points ``TPSL_FLWR_LEDGER_DIR`` at a fresh temporary folder
 numbers, they assert nothing.
 
 Usage: ``python bench/utility.py [--quick] [--only digits-none,criteo-none]
-[--flwr] [--no-audit] [--json out.json]``.
+[--flwr] [--no-audit] [--seed 1] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -107,6 +109,8 @@ REPO = Path(__file__).resolve().parents[1]
 CRITEO_ROWS = 5000
 HOLDOUT = 0.2
 C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
+DIGITS_EPOCHS = 5
+"""The issue's digits runs: ``simulate --dataset digits ... --epochs 5``."""
 FINAL_TOLERANCE = 0.001
 """"final = best epoch": last epoch's test AUC at most this far below the best."""
 
@@ -130,6 +134,8 @@ class Case:
     rows: int = 0
     epochs: int = 0  # 0: the config's default
     final_is_best: bool = False
+    options: tuple[tuple[str, Any], ...] = ()
+    """Settings beside the defaults (``ExperimentConfig`` field, value)."""
 
     @property
     def metric(self) -> str:
@@ -142,12 +148,33 @@ class Case:
         return self.mechanism != "none"
 
 
+WIDE_FTRL: tuple[tuple[str, Any], ...] = (("wide", True), ("wide_optimizer", "ftrl"))
+"""``--wide --wide-optimizer ftrl``: the small-CTR-file recipe (lr auto: 1e-3)."""
+
 CASES: tuple[Case, ...] = (
-    Case("digits-discrete", "digits", "discrete", 4.0, 0.93),
-    Case("digits-none", "digits", "none", target=0.95),
+    Case("digits-discrete", "digits", "discrete", 4.0, 0.93, epochs=DIGITS_EPOCHS),
+    Case("digits-none", "digits", "none", target=0.95, epochs=DIGITS_EPOCHS),
     Case("breast-laplace", "breast-cancer", "laplace", 1.0, 0.98),
     Case("criteo-none", "criteo", "none", target=-0.005, relative=True),
     Case("criteo-laplace", "criteo", "laplace", 1.0, -0.01, True, reference="noisy-lr"),
+    Case(
+        "criteo-none-wide",
+        "criteo",
+        "none",
+        target=-0.005,
+        relative=True,
+        options=WIDE_FTRL,
+    ),
+    Case(
+        "criteo-laplace-wide",
+        "criteo",
+        "laplace",
+        1.0,
+        -0.01,
+        True,
+        reference="noisy-lr",
+        options=WIDE_FTRL,
+    ),
     Case(
         "synthetic-none",
         "synthetic-ctr",
@@ -315,6 +342,7 @@ def case_config(
         "dataset": case.dataset,
         "mechanism": case.mechanism,
         "noise_seed": 0,
+        "seed": args.seed,
         "out_dir": str(out_dir),
         "audit": case.private and not args.no_audit,
     }
@@ -322,6 +350,7 @@ def case_config(
         options["epsilon"] = case.epsilon
     if case.dataset == "criteo":
         options.update(data_path=str(args.criteo_path), new_release=True)
+    options.update(dict(case.options))
     rows, epochs = case.rows, case.epochs
     if args.quick and case.dataset == "synthetic-ctr":
         rows, epochs = 20_000, 2
@@ -594,6 +623,9 @@ def main() -> None:
     parser.add_argument("--no-audit", action="store_true", help="no transcript audit")
     parser.add_argument("--threads", type=int, default=1, help="OMP/torch/BLAS threads")
     parser.add_argument(
+        "--seed", type=int, default=0, help="the runs' seed (split, weights, order)"
+    )
+    parser.add_argument(
         "--json", type=Path, default=None, help="write the numbers here"
     )
     args = parser.parse_args()
@@ -634,7 +666,8 @@ def main() -> None:
 
     print(
         f"Utility of the defaults ({git_state()}; {'quick' if args.quick else 'full'}; "
-        f"threads {args.threads}; {os.cpu_count()} CPUs, load average "
+        f"seed {args.seed}; threads {args.threads}; {os.cpu_count()} CPUs, load "
+        "average "
         f"{load_before[0]:.1f} before, {load_after[0]:.1f} after; {wall:.0f} s)\n"
     )
     print_table(rows)
@@ -645,6 +678,7 @@ def main() -> None:
         payload = {
             "git": git_state(),
             "quick": args.quick,
+            "seed": args.seed,
             "threads": args.threads,
             "load_average": [load_before[0], load_after[0]],
             "seconds": wall,

@@ -221,6 +221,24 @@ def test_best_epoch_state_round_trips_through_a_weights_only_checkpoint(tmp_path
         assert loaded.update(1, float(candidate.mean()), party, candidate) == (
             best.update(1, float(candidate.mean()), party, candidate)
         )
+    # With per-class losses: they travel too, and the label-noise margin
+    # decides alike after the round trip.
+    classes = np.random.default_rng(8).uniform(size=(50, 2))
+    targets = np.stack([1.0 - Y[:50], Y[:50]], axis=1).astype(np.float64)
+    best = BestEpoch()
+    best.update(0, 0.0, party, (classes * targets).sum(axis=1), classes)
+    torch.save(best.state_dict(), path)
+    loaded = BestEpoch()
+    loaded.load_state_dict(torch.load(path, weights_only=True))
+    np.testing.assert_array_equal(loaded.class_losses, classes)
+    outcomes = []
+    for shift in (0.01, 0.5):  # lower on the true class, within / beyond noise
+        later = classes - shift * targets + 0.3 * (1.0 - targets)
+        per_id = (later * targets).sum(axis=1)
+        outcome = loaded.update(1, float(per_id.mean()), party, per_id, later)
+        assert outcome == best.update(1, float(per_id.mean()), party, per_id, later)
+        outcomes.append(outcome)
+    assert outcomes == [False, True]
     # A checkpoint without per-id losses: the lower mean decides.
     old = BestEpoch()
     old.load_state_dict({"epoch": 0, "score": 0.5, "top": None})

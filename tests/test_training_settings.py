@@ -13,6 +13,7 @@ from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.training_settings import (
     BASE_LR,
+    BESIDE_FTRL_LR,
     MAX_LR,
     resolve_training,
     training_of,
@@ -86,7 +87,27 @@ def test_the_rate_stays_in_its_range_and_falls_with_more_steps(rows, epochs):
 def test_only_public_counts_enter_the_rule():
     # The rule's inputs are counts and the run config: no label, no data.
     params = set(inspect.signature(resolve_training).parameters)
-    assert params == {"train_rows", "epochs", "batch_size", "lr"}
+    assert params == {"train_rows", "epochs", "batch_size", "lr", "beside_ftrl"}
+
+
+def test_beside_an_ftrl_wide_part_the_deep_rate_is_slower():
+    # Prepare: 5000 Criteo rows' ~3600 trained on, 2 epochs
+    plain = resolve_training(train_rows=3600, epochs=2)
+    beside = resolve_training(train_rows=3600, epochs=2, beside_ftrl=True)
+    given = resolve_training(train_rows=3600, epochs=2, lr=0.02, beside_ftrl=True)
+
+    # Assert: only the auto rate changes, and an explicit one still wins
+    assert (plain.batch_size, plain.lr) == (32, MAX_LR)
+    assert (beside.batch_size, beside.lr, beside.steps) == (32, BESIDE_FTRL_LR, 226)
+    assert given.lr == 0.02
+    assert BESIDE_FTRL_LR < BASE_LR
+
+
+def test_the_config_resolves_the_rate_beside_ftrl_from_its_own_keys():
+    wide = {"dataset": "breast-cancer", "wide": True}
+    adam = training_of(ExperimentConfig(**wide), 400)
+    ftrl = training_of(ExperimentConfig(**wide, wide_optimizer="ftrl"), 400)
+    assert adam.lr == MAX_LR and ftrl.lr == BESIDE_FTRL_LR
 
 
 def test_the_label_party_and_every_node_resolve_the_same_values():

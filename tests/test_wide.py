@@ -219,7 +219,7 @@ def test_a_wide_optimizer_without_a_wide_part_is_refused():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"wide_optimizer": "ftrl"}, "set wide = true"),
+        ({"wide": False, "wide_optimizer": "ftrl"}, "set wide = .on. or .auto."),
         ({"wide": True, "wide_optimizer": "sgd"}, "wide-optimizer must be one of"),
         ({"wide": True, "wide_lr": 0.0}, "wide-lr must be > 0 and finite, got 0.0"),
         ({"wide": True, "wide_l1": -0.1}, "wide-l1 must be >= 0 and finite"),

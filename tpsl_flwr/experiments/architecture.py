@@ -7,7 +7,10 @@ products. ``model = "mlp"``: each node sends one MLP output and the top model is
 an MLP (:class:`~tpsl_flwr.models.TopModel`). Both sides build from the public
 schema alone: the label party counts each node's fields from the column
 partition, never from the data. ``model = "auto"`` is resolved by
-:attr:`~tpsl_flwr.experiments.config.ExperimentConfig.split_model`.
+:attr:`~tpsl_flwr.experiments.config.ExperimentConfig.split_model`; ``wide =
+"auto"`` by :func:`~tpsl_flwr.experiments.wide_settings.resolve_wide`, which
+both sides apply to the run config before building (the label party to its
+training-label count, each node to its own training rows: the same number).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from tpsl_flwr.experiments.wide_settings import has_wide
 from tpsl_flwr.interaction import DotInteractionTop
 from tpsl_flwr.models import BottomModel, TopModel, field_count
 
@@ -39,7 +43,8 @@ def build_bottom(
     ----------
     cfg : ExperimentConfig
         The run config (``model``, ``embedding-dim``, ``bottom-hidden``,
-        ``wide``, ``seed``).
+        ``wide``, ``seed``), ``wide`` resolved
+        (:func:`~tpsl_flwr.experiments.wide_settings.resolve_wide`).
     num_numeric, cardinalities
         The node's numeric column count and its categorical cardinalities.
     partition : int
@@ -60,7 +65,7 @@ def build_bottom(
         hidden=(cfg.bottom_hidden,),
         out_dim=cfg.embedding_dim,
         generator=generator,
-        wide=cfg.wide,
+        wide=has_wide(cfg),
         fields=fields,
     )
 
@@ -85,7 +90,8 @@ def build_top(cfg: ExperimentConfig, num_outputs: int) -> nn.Module:
     ----------
     cfg : ExperimentConfig
         The run config (``model``, ``embedding-dim``, ``top-hidden``,
-        ``num-parties``, ``wide``, ``seed``).
+        ``num-parties``, ``wide``, ``seed``), ``wide`` resolved as for
+        :func:`build_bottom`.
     num_outputs : int
         Logits out.
 
@@ -95,6 +101,7 @@ def build_top(cfg: ExperimentConfig, num_outputs: int) -> nn.Module:
         :class:`DotInteractionTop` for ``dlrm``, :class:`TopModel` for ``mlp``.
     """
     generator = torch.Generator().manual_seed(cfg.seed)
+    wide = has_wide(cfg)
     if cfg.split_model == "dlrm":
         return DotInteractionTop(
             node_fields(cfg),
@@ -102,16 +109,16 @@ def build_top(cfg: ExperimentConfig, num_outputs: int) -> nn.Module:
             hidden=(cfg.top_hidden,),
             num_outputs=num_outputs,
             generator=generator,
-            wide=cfg.wide,
+            wide=wide,
         )
-    width = cfg.embedding_dim + cfg.wide
+    width = cfg.embedding_dim + wide
     return TopModel(
         cfg.num_parties * width,
         hidden=(cfg.top_hidden,),
         num_outputs=num_outputs,
         generator=generator,
-        wide=cfg.wide,
+        wide=wide,
         wide_columns=[(p + 1) * width - 1 for p in range(cfg.num_parties)]
-        if cfg.wide
+        if wide
         else [],
     )

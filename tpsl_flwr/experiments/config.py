@@ -31,10 +31,12 @@ from tpsl_flwr.data import (
 from tpsl_flwr.data.bundled import BUNDLED, bundled_rows
 from tpsl_flwr.data.ctr.load import SPLITS
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.experiments.config_fields import coerce_value
 from tpsl_flwr.experiments.training_settings import check_training, resolve_denoise
-from tpsl_flwr.experiments.wide_settings import check_wide
+from tpsl_flwr.experiments.wide_settings import check_wide, wide_mode
 from tpsl_flwr.privacy.mechanisms import Mechanism, make_mechanism
 from tpsl_flwr.validation import check_int, check_placement, check_positive_finite
+from tpsl_flwr.wire.wire_dtype import check_wire_dtype
 
 LABEL_DIR = "label-party"
 _MAX_BUCKETS = 2**31 - 1
@@ -56,7 +58,10 @@ class ExperimentConfig:
     party's private folder (key, checkpoints; default ``out_dir/label-party``).
     ``rows = 0`` means the dataset's default size. ``criteo``/``avazu`` read
     ``data_path``, hashing categoricals into ``hash_buckets`` per column (0: the
-    loader's default); ``split`` is ``random`` or ``time``. ``audit`` attacks the
+    loader's default); ``split`` is ``random`` or ``time``. ``wide`` is
+    ``auto``, ``on`` or ``off`` (``True``/``False`` are read as on/off);
+    ``auto`` is resolved per run from the training rows
+    (:func:`~tpsl_flwr.experiments.wide_settings.resolve_wide`). ``audit`` attacks the
     dispatched transcript every epoch: off here and in the app's run config
     (deployments), on by default in ``tpsl-flwr simulate`` and ``flower-run``.
     ``transcript_dir``, if set, makes every non-label node record what it
@@ -84,16 +89,17 @@ class ExperimentConfig:
     lr_schedule: str = "cosine"
     weight_decay: float = 0.3
     model: str = "auto"
-    wide: bool = False
-    wide_optimizer: str = "adam"
+    wide: str | bool = "auto"
+    wide_optimizer: str = "auto"
     wide_lr: float = 5.0
     wide_l1: float = 0.0
-    wide_l2: float = 0.0
+    wide_l2: float = 2.0
     validation_fraction: float = 0.1
     denoise: str = "auto"
     denoise_prior: str = "model"
     steps_per_message: int = 1
     pipeline_depth: int = 0
+    wire_dtype: str = "float32"
     num_parties: int = 2
     embedding_dim: int = 8
     bottom_hidden: int = 64
@@ -123,6 +129,8 @@ class ExperimentConfig:
         ConfigError
             Naming the first bad value (kebab-case, as in the run config).
         """
+        # wide: true/false (TOML, Python) read as "on"/"off", one spelling after
+        object.__setattr__(self, "wide", wide_mode(self.wide))
         self._check_data()
         check_placement(self.placement)
         for name in (
@@ -135,6 +143,7 @@ class ExperimentConfig:
         ):
             check_int(getattr(self, name), name.replace("_", "-"))
         check_int(self.pipeline_depth, "pipeline-depth", 0)
+        check_wire_dtype(self.wire_dtype)
         for name in ("seed", "noise_seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -343,7 +352,7 @@ class ExperimentConfig:
                 raise ConfigError(
                     f"unknown run-config key {key!r}; valid keys: {valid}"
                 )
-            values[name] = _coerce(key, raw, fields[name].type)
+            values[name] = coerce_value(key, raw, fields[name].type)
         return cls(**values)
 
     def to_run_config(self) -> dict[str, Any]:
@@ -364,28 +373,6 @@ def schema_classes(dataset: str) -> int:
     (10, 2)
     """
     return BUNDLED[dataset][3] if dataset in BUNDLED else 2
-
-
-def _coerce(key: str, raw: Any, kind: object) -> Any:
-    kind_name = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
-    try:
-        if kind_name == "bool":
-            if isinstance(raw, str):
-                if raw.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(raw)
-                return raw.lower() in ("true", "1")
-            return bool(raw)
-        if kind_name == "int":
-            if isinstance(raw, float) and not raw.is_integer():
-                raise ValueError(raw)
-            return int(raw)
-        if kind_name == "float":
-            return float(raw)
-        return str(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(
-            f"run-config {key} must be a {kind_name}, got {raw!r}"
-        ) from None
 
 
 @lru_cache(maxsize=4)

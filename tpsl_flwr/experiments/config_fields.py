@@ -7,11 +7,15 @@ against the choices.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tpsl_flwr.data import ALL_DATASETS
 from tpsl_flwr.data.ctr.load import SPLITS
+from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy import posterior
 from tpsl_flwr.privacy.mechanisms import MECHANISMS
 from tpsl_flwr.validation import PLACEMENTS
+from tpsl_flwr.wire.wire_dtype import WIRE_DTYPES
 
 LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine")
 """Learning-rate schedules of every party's optimizer."""
@@ -19,6 +23,12 @@ DENOISERS: tuple[str, ...] = ("auto", *posterior.DENOISERS)
 """What the label party trains on; ``auto`` is resolved per mechanism."""
 DENOISE_PRIORS = posterior.DENOISE_PRIORS
 """Where the posterior's prior comes from."""
+WIDE_MODES: tuple[str, ...] = ("auto", "on", "off")
+"""Values of ``wide`` (``true``/``false`` are read as ``on``/``off``); ``auto``
+is resolved by :func:`~tpsl_flwr.experiments.wide_settings.resolve_wide`."""
+WIDE_OPTIMIZERS: tuple[str, ...] = ("auto", "adam", "ftrl")
+"""Optimizers of the wide part: the run's Adam(W), or FTRL-proximal; ``auto``
+is resolved with ``wide``."""
 MODELS: tuple[str, ...] = ("auto", "dlrm", "mlp")
 """Split-model architectures: field vectors and dot products, or one MLP a side;
 ``auto`` is resolved from the dataset's columns."""
@@ -43,7 +53,8 @@ FIELD_HELP: dict[str, str] = {
     "batch-size": "samples per training step; 0: auto, from the training rows "
     "(the largest of 32, 64, 128, 256 giving each epoch 64 steps)",
     "lr": "Adam learning rate of every model; 0: auto, from the run's optimizer "
-    "steps (3e-3 for 4000 steps or more, up to 1e-2 for short runs)",
+    "steps (3e-3 for 4000 steps or more, up to 1e-2 for short runs; 1e-3 beside "
+    "an ftrl wide part)",
     "lr-schedule": "learning-rate schedule over the run: constant, or cosine "
     "decay to 0 by the last step",
     "weight-decay": "decoupled weight decay (AdamW) of every model; 0: plain Adam",
@@ -52,15 +63,19 @@ FIELD_HELP: dict[str, str] = {
     "dot products (learns interactions between nodes' columns); mlp: each node "
     "sends one MLP output, the top model is an MLP; auto: dlrm when the dataset "
     "has categorical columns, else mlp",
-    "wide": "add a wide (linear) part: each node's per-category weights and "
-    "numeric weights, summed into the logit by the label party",
+    "wide": "a wide (linear) part: each node's per-category weights and "
+    "numeric weights, summed into the logit by the label party; auto: on, "
+    "trained by ftrl, for criteo/avazu files of at most 50000 training rows "
+    "(where it was measured to win), off otherwise; on/off (true/false) decide",
     "wide-optimizer": "optimizer of the wide part: adam (the run's Adam(W), with "
-    "the deep part) or ftrl (FTRL-proximal with its own rate and L1/L2; needs wide)",
+    "the deep part) or ftrl (FTRL-proximal with its own rate and L1/L2); auto: "
+    "ftrl where wide = auto turned the wide part on, else adam",
     "wide-lr": "ftrl: alpha, the wide part's per-coordinate rate is "
     "alpha / (1 + sqrt(sum of squared gradients))",
     "wide-l1": "ftrl: L1 penalty of the wide weights (a weight stays exactly 0 "
     "until its summed gradient exceeds it)",
-    "wide-l2": "ftrl: L2 penalty of the wide weights",
+    "wide-l2": "ftrl: L2 penalty of the wide weights, in units of their summed "
+    "gradients",
     "validation-fraction": "probability of a training record being held out "
     "for validation (by id alone); each epoch is scored on its noisy labels and "
     "the best epoch's models are restored at the end; 0: no validation",
@@ -77,6 +92,9 @@ FIELD_HELP: dict[str, str] = {
     "keeps a node's queue non-empty (no 3 s idle pull on a Flower deployment) but "
     "its bottom model embeds d steps stale; 0: sequential split learning; refused "
     "on Ray simulation",
+    "wire-dtype": "float dtype of embeddings and perturbed gradients on the wire: "
+    "float16 halves each message's bytes (scaled by a power of two, cast after "
+    "perturbation: same epsilon); float32: as computed",
     "num-parties": "non-label parties (Flower nodes), each holding a column slice",
     "embedding-dim": "width of each vector a node sends: each field vector "
     "(dlrm) or the node's whole cut layer (mlp)",
@@ -117,6 +135,45 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "denoise": DENOISERS,
     "denoise-prior": DENOISE_PRIORS,
     "model": MODELS,
-    "wide-optimizer": ("adam", "ftrl"),
+    "wide": WIDE_MODES,
+    "wide-optimizer": WIDE_OPTIMIZERS,
+    "wire-dtype": WIRE_DTYPES,
 }
 """The valid values of the fields that name one of a fixed set."""
+
+
+def coerce_value(key: str, raw: Any, kind: object) -> Any:
+    """A run-config value as its field's type (``kind``: the annotation).
+
+    TOML and ``--run-config`` give booleans, integers and floats as text or as
+    numbers; a float that is not a whole number is not an ``int``.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``key``, the type and the value.
+
+    Examples
+    --------
+    >>> coerce_value("epochs", 3.0, "int"), coerce_value("audit", "false", "bool")
+    (3, False)
+    """
+    kind_name = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    try:
+        if kind_name == "bool":
+            if isinstance(raw, str):
+                if raw.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(raw)
+                return raw.lower() in ("true", "1")
+            return bool(raw)
+        if kind_name == "int":
+            if isinstance(raw, float) and not raw.is_integer():
+                raise ValueError(raw)
+            return int(raw)
+        if kind_name == "float":
+            return float(raw)
+        return str(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"run-config {key} must be a {kind_name}, got {raw!r}"
+        ) from None

@@ -4,10 +4,11 @@ Every run-config key is a ``tpsl-flwr simulate`` flag of the same kebab-case
 name (``num-parties`` -> ``--num-parties``), typed by the dataclass field, with
 its help from :data:`~tpsl_flwr.experiments.config_fields.FIELD_HELP` and its valid
 values from :data:`~tpsl_flwr.experiments.config_fields.FIELD_CHOICES`; booleans get
-``--x/--no-x``. Adding a field to the dataclass (and its line of help) adds
-the flag. ``noise-seed``, a field that never enters the run config, is a flag
-of its own group, and so is ``--secure`` (how ``--engine deployment`` runs,
-not a setting of the experiment).
+``--x/--no-x``, and a choice that also takes a boolean (``wide``) ``--x
+[CHOICE]`` (bare ``--x``: ``on``). Adding a field to the dataclass (and its
+line of help) adds the flag. ``noise-seed``, a field that never enters the run
+config, is a flag of its own group, and so is ``--secure`` (how ``--engine
+deployment`` runs, not a setting of the experiment).
 
 Bad values give one line naming the value (the parser's ``error`` decides the
 exit status).
@@ -195,6 +196,15 @@ def _kind(key: str, kind: type) -> dict[str, Any]:
     """The ``add_argument`` options of a field of type ``kind``."""
     if kind is bool:
         return {"action": argparse.BooleanOptionalAction}
+    if bool in typing.get_args(kind) and key in FIELD_CHOICES:
+        # A choice that was a boolean (wide): bare --KEY is "on", and
+        # true/false are read as on/off.
+        return {
+            "nargs": "?",
+            "const": "on",
+            "type": _on_off,
+            "choices": FIELD_CHOICES[key],
+        }
     if kind is int:
         return {"type": integer(key), "metavar": "N"}
     if kind is float:
@@ -202,6 +212,18 @@ def _kind(key: str, kind: type) -> dict[str, Any]:
     if key in FIELD_CHOICES:
         return {"choices": FIELD_CHOICES[key]}
     return {"metavar": "PATH" if key.endswith(("-path", "-dir")) else "TEXT"}
+
+
+def _on_off(text: str) -> str:
+    """A choice flag's value, ``true``/``false`` read as ``on``/``off``.
+
+    Examples
+    --------
+    >>> _on_off("TRUE"), _on_off("false"), _on_off("auto")
+    ('on', 'off', 'auto')
+    """
+    value = text.lower()
+    return {"true": "on", "false": "off"}.get(value, value)
 
 
 def config_from_args(args: argparse.Namespace) -> ExperimentConfig:

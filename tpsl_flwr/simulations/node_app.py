@@ -22,7 +22,7 @@ from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.experiments.architecture import build_bottom
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.training_settings import training_of
-from tpsl_flwr.experiments.wide_settings import wide_optimizer
+from tpsl_flwr.experiments.wide_settings import resolve_wide, wide_optimizer
 from tpsl_flwr.parties import NonLabelParty, adam
 from tpsl_flwr.wire.client_app import PartyFactory, make_client_app, partition_of
 from tpsl_flwr.wire.recorder import record_if_configured
@@ -43,6 +43,9 @@ def builtin_party(context: Context) -> NonLabelParty:
         )
     view = cfg.load_party(partition)
     train, test = view.train, view.test
+    # wide = auto resolved from the training rows: a public count, the label
+    # party's too, so both build the same split model.
+    cfg = resolve_wide(cfg, len(train))
     bottom = build_bottom(cfg, train.numeric.shape[1], train.cardinalities, partition)
     # lr = 0 resolved from the training rows: a public count, the label party's too.
     training = training_of(cfg, len(train))
