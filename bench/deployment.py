@@ -54,6 +54,9 @@ decode, each in a fresh Python process, median of ``--repeats`` (3).
 Usage: ``python bench/deployment.py [--steps-per-message 1] [--batch-size 64 1024]
 [--engines ...] [--poll-interval 0.05] [--repeats 3]``. About 10 minutes on 2
 cores.
+
+The K x d table (steps per message x pipeline depth, issue 22) is
+``bench/deployment_kd.py``, built on this module's runner and log timer.
 """
 
 from __future__ import annotations

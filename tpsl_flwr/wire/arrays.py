@@ -9,6 +9,10 @@ ways, but remember each distinct header: a header seen before (the same dtype
 and shape, every step) maps straight to ``np.frombuffer``. Headers are only
 ever interpreted by NumPy itself, so a malformed or unusual one takes
 ``np.load``'s path and errors.
+
+``to_array(values, "float16")`` sends a float array in the scaled float16 of
+:mod:`~tpsl_flwr.wire.wire_dtype` instead (``wire-dtype = "float16"``: half the
+bytes); :func:`from_array` reads either and always returns float32 for it.
 """
 
 from __future__ import annotations
@@ -19,16 +23,29 @@ from typing import Any
 import numpy as np
 from flwr.app import Array
 
-__all__ = ["from_array", "to_array"]
+from tpsl_flwr.wire.wire_dtype import (
+    FLOAT16,
+    check_wire_dtype,
+    decode_float16,
+    encode_float16,
+)
+
+__all__ = ["FLOAT16_STYPE", "from_array", "to_array"]
 
 _NUMPY_STYPE = "numpy.ndarray"
+FLOAT16_STYPE = "tpsl.float16-pow2"
+"""``Array.stype`` of a scaled float16 array (:func:`encode_float16`'s bytes)."""
 _MAX_HEADERS = 1024
 _headers_by_layout: dict[tuple[str, tuple[int, ...]], bytes] = {}
 _layouts_by_header: dict[bytes, tuple[np.dtype, tuple[int, ...]]] = {}
 
 
-def to_array(values: np.ndarray) -> Array:
+def to_array(values: np.ndarray, wire_dtype: str = "float32") -> Array:
     """A Flower ``Array`` holding ``values`` (as ``Array(values)`` would).
+
+    With ``wire_dtype = "float16"`` a float array goes as scaled float16
+    (:func:`~tpsl_flwr.wire.wire_dtype.encode_float16`; NaN or inf refused);
+    other arrays (sample ids) go as they are.
 
     Examples
     --------
@@ -36,6 +53,13 @@ def to_array(values: np.ndarray) -> Array:
     [0, 1, 2]
     """
     values = np.ascontiguousarray(values)
+    if check_wire_dtype(wire_dtype) == FLOAT16 and values.dtype.kind == "f":
+        return Array(
+            dtype=FLOAT16,
+            shape=tuple(values.shape),
+            stype=FLOAT16_STYPE,
+            data=encode_float16(values),
+        )
     layout = (values.dtype.str, values.shape)
     header = _headers_by_layout.get(layout)
     if header is None:  # first of its layout (object arrays fail in np.save)
@@ -45,7 +69,7 @@ def to_array(values: np.ndarray) -> Array:
         header = data[: len(data) - values.nbytes]
         _remember(_headers_by_layout, layout, header)
     else:
-        data = header + values.tobytes()
+        data = b"".join((header, values.data))  # one copy, not two
     return Array(
         dtype=str(values.dtype),
         shape=tuple(values.shape),
@@ -63,7 +87,12 @@ def from_array(array: Array) -> np.ndarray:
         If ``array`` was not serialized from a NumPy array.
     ValueError
         If its bytes are not a valid ``.npy`` image (from ``np.load``).
+    ProtocolError
+        If a scaled float16 array's bytes do not match its shape, or it
+        decodes to NaN or inf.
     """
+    if array.stype == FLOAT16_STYPE:
+        return decode_float16(array.data, tuple(int(n) for n in array.shape))
     if array.stype != _NUMPY_STYPE:
         raise TypeError(f"unsupported array serialization {array.stype!r}")
     data = array.data

@@ -48,6 +48,10 @@ KEEP_BEST = "keep-best"
 RESTORE_BEST = "restore-best"
 """Load the state kept as the best epoch's (the epoch number)."""
 
+# Run-config key both parties read (public configuration, never sent in CONFIG).
+WIRE_DTYPE = "wire-dtype"
+"""Float dtype of embeddings and gradients on the wire (:mod:`.wire_dtype`)."""
+
 # Keys of NODE; the same two names are the keys of a SuperNode's node config
 # (``flower-supernode --node-config "partition-id=I num-partitions=N"``).
 PARTITION_ID = "partition-id"
