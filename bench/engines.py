@@ -197,7 +197,7 @@ def main() -> None:
                     "wall_seconds": wall,
                     "test_auc": results.get("test_auc"),
                     "train_rows": results["train_rows"],
-                    "steps": results["history"][-1]["steps"],
+                    "steps": results["history"][-1]["steps_cumulative"],
                 }
                 print(
                     f"  {tag}: {row['samples_per_second']:.0f} samples/s, {wall:.1f} s",

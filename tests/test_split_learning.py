@@ -322,7 +322,7 @@ def test_a_run_killed_mid_epoch_resumes_exactly_where_it_left(tmp_path):
         assert got["steps"] == want["steps"]
 
 
-def test_ids_missing_from_a_nodes_partition_stop_the_run_naming_node_and_id(tmp_path):
+def test_rows_missing_from_a_partition_stop_the_run_naming_node_and_count(tmp_path):
     def short_partition(context):
         party = builtin_party(context)
         if int(context.node_config["partition-id"]) == 1:
@@ -335,8 +335,8 @@ def test_ids_missing_from_a_nodes_partition_stop_the_run_naming_node_and_id(tmp_
     )
     with pytest.raises(
         ProtocolError,
-        match=r"partition 1\).*not in this party's "
-        r"train partition \(100 samples\)",
+        match=r"partition 1\) holds 100 train samples.*train partition is "
+        r"\d+ rows short.*cannot tell which records are missing",
     ):
         run_inprocess_experiment(cfg, client_app=make_client_app(short_partition))
 

@@ -26,6 +26,7 @@ from tpsl_flwr.experiments.audience import (
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run_report import write_report
 from tpsl_flwr.experiments.training_settings import training_of
+from tpsl_flwr.experiments.wide_settings import resolve_wide
 from tpsl_flwr.label_set import MIN_RECORDS
 from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.models import num_outputs_for
@@ -75,6 +76,8 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
     if cfg.resume and not cfg.checkpoint:
         raise ConfigError("resume needs checkpoint = true")
     labels = cfg.load_labels()
+    # wide = auto resolved from the training rows, as every node does.
+    cfg = resolve_wide(cfg, int(labels.train_labels.size))
     mechanism = cfg.make_mechanism(labels.num_classes)
     top = build_top(cfg, num_outputs_for(labels.num_classes))
     run_config = cfg.to_run_config()
@@ -137,6 +140,7 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         epochs=cfg.epochs,
         steps_per_message=cfg.steps_per_message,
         pipeline_depth=cfg.pipeline_depth,
+        wire_dtype=cfg.wire_dtype,
         order_seed=cfg.seed,
         num_nodes=cfg.num_parties,
         audit=cfg.audit,
@@ -150,7 +154,12 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         "num_classes": labels.num_classes,
         "train_rows": int(labels.train_labels.size),
         "test_rows": int(labels.test_labels.size),
-        "training": training.to_dict(),
+        # The resolved wide part (wide = auto): what both sides built.
+        "training": {
+            **training.to_dict(),
+            "wide": cfg.wide,
+            "wide_optimizer": cfg.wide_optimizer,
+        },
         "data_info": {k: _jsonable(v) for k, v in labels.info.items()},
         "key_origin": release.origin,
         "ledger": None if release.ledger is None else release.ledger.to_dict(),
@@ -207,7 +216,7 @@ def run_label_party(
     key_origin = facts.pop("key_origin")
     ledger = facts.pop("ledger")
     wait = cfg.reply_timeout if timeout is None else timeout
-    strategy.start(grid=grid, timeout=wait)
+    outcome = strategy.start(grid=grid, timeout=wait)
     spent = strategy.privacy
     privacy = spent.to_dict()
     if not strategy.party.key.secure:
@@ -244,6 +253,8 @@ def run_label_party(
         "history": history,
         "best_epoch": None if best is None else best + 1,
         "validation_rows": int(strategy.validation.ids.size),
+        "epochs_trained": outcome.epochs_trained,
+        "note": outcome.note,
         **facts,
     }
     for key in ("test_auc", "test_accuracy", "test_logloss"):

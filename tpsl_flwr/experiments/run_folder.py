@@ -23,6 +23,12 @@ finished:
   (:mod:`~tpsl_flwr.experiments.audience`).
 
 Sweeps give each run its own ``runs/<name>/`` and keep their own resume rules.
+
+An embedder's ServerApp gets the same rules in one line with
+:func:`run_in_folder` (also importable as ``tpsl_flwr.simulations.run_in_folder``),
+which the project's own ServerApp uses too::
+
+    run_in_folder(out_dir, lambda: train(grid, context))
 """
 
 from __future__ import annotations
@@ -32,9 +38,13 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from logging import ERROR, INFO
 from pathlib import Path
+from typing import Any
+
+from flwr.common.logger import log
 
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.audience import PUBLIC_SUMMARY, private_folder
@@ -49,10 +59,13 @@ __all__ = [
     "prepare_run_folder",
     "read_failure",
     "retire_results",
+    "run_in_folder",
     "write_atomic",
 ]
 
-RESULTS = ("results.json", "report.md", "report.png", PUBLIC_SUMMARY)
+RESULTS_FILE = "results.json"
+"""The finished run's results (its presence says the run finished)."""
+RESULTS = (RESULTS_FILE, "report.md", "report.png", PUBLIC_SUMMARY)
 """What a finished run leaves; :func:`retire_results` moves or removes them."""
 FAILED_FILE = "FAILED"
 """The marker a failed run leaves in its out-dir: the error, one line."""
@@ -306,3 +319,76 @@ def failed_on_error(out_dir: str | Path) -> Iterator[None]:
         if read_failure(out_dir) is None:
             mark_failed(out_dir, err)
         raise
+
+
+def run_in_folder(
+    out_dir: str | Path,
+    run: Callable[[], Mapping[str, Any] | None],
+    *,
+    results_file: str | None = RESULTS_FILE,
+) -> Mapping[str, Any] | None:
+    """Run ``run()`` under the run-folder rules; the ServerApp's one line.
+
+    1. ``out_dir`` is made the label party's (``0700``); an earlier run's
+       results and report become ``*.previous.*`` and its ``FAILED`` marker
+       goes, so what the folder shows afterwards is this run's alone.
+    2. ``run()`` is called. If it raises, ``out_dir/FAILED`` gets the error's
+       one line (:func:`one_line_error`: for a node's error its root cause,
+       without Ray's wrapper text), that line is logged, and the error is
+       re-raised (so ``flwr run`` records the run as failed).
+    3. What it returns is written to ``out_dir/results_file`` atomically,
+       mode ``0600`` (numpy scalars and arrays become JSON numbers and lists).
+
+    Parameters
+    ----------
+    out_dir
+        The run's folder (a relative one is relative to the ServerApp
+        process's working directory: give an absolute one).
+    run
+        The run: trains and returns its results (a JSON-able mapping), or
+        returns ``None`` when it wrote its own results file.
+    results_file
+        The file name of the results in ``out_dir``; ``None``: write nothing.
+
+    Returns
+    -------
+    Mapping or None
+        What ``run()`` returned.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "run"
+    >>> run_in_folder(out, lambda: {"test_accuracy": 0.75})
+    {'test_accuracy': 0.75}
+    >>> json.loads((out / "results.json").read_text())
+    {'test_accuracy': 0.75}
+    >>> def fails():
+    ...     raise ValueError("labels must lie in [0, 2), got 3")
+    >>> run_in_folder(out, fails)
+    Traceback (most recent call last):
+    ...
+    ValueError: labels must lie in [0, 2), got 3
+    >>> read_failure(out), sorted(p.name for p in out.iterdir())
+    ('ValueError: labels must lie in [0, 2), got 3', ['FAILED', 'results.previous.json'])
+    """  # noqa: E501
+    out = private_folder(out_dir)
+    retire_results(out, keep_previous=True)
+    try:
+        with failed_on_error(out):
+            results = run()
+    except BaseException:
+        log(ERROR, "run failed: %s (%s)", read_failure(out), out / FAILED_FILE)
+        raise
+    if results is not None and results_file is not None:
+        text = json.dumps(dict(results), indent=2, default=_json_default)
+        path = write_atomic(out / results_file, text, mode=FILE_MODE)
+        log(INFO, "results in %s", path)
+    return results
+
+
+def _json_default(value: Any) -> Any:
+    """Numpy (and torch) scalars and arrays as JSON numbers and lists."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"results hold a {type(value).__name__}, which is not JSON")

@@ -12,7 +12,7 @@ from flwr.superlink.grid import HttpGrid, InMemoryGrid
 
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.experiment import RESULTS_FILE, run_label_party
-from tpsl_flwr.experiments.run_folder import failed_on_error, retire_results
+from tpsl_flwr.experiments.run_folder import run_in_folder
 
 app = ServerApp()
 
@@ -34,14 +34,21 @@ def engine_of(grid: Grid) -> str:
 def main(grid: Grid, context: Context) -> None:
     """Run TPSL with the run config; write ``out-dir/results.json``.
 
-    An earlier run's results in ``out-dir`` are renamed ``*.previous.*`` first;
-    a failure leaves ``out-dir/FAILED`` with its one-line error.
+    The run-folder rules (:func:`~tpsl_flwr.experiments.run_folder.run_in_folder`,
+    the same an embedder's ServerApp calls): an earlier run's results in
+    ``out-dir`` are renamed ``*.previous.*`` first; a failure leaves
+    ``out-dir/FAILED`` with its one-line error.
     """
     cfg = ExperimentConfig.from_run_config(context.run_config)
     out = Path(cfg.out_dir)
-    retire_results(out, keep_previous=True)
-    with failed_on_error(out):
-        results = run_label_party(grid, cfg, engine=engine_of(grid))
+    results = run_in_folder(
+        out,
+        lambda: run_label_party(grid, cfg, engine=engine_of(grid)),
+        results_file=None,  # run_label_party writes results.json and the report
+    )
+    assert results is not None
+    if results.get("note"):
+        log(INFO, "TPSL: %s", results["note"])
     metric = "test_auc" if "test_auc" in results else "test_accuracy"
     log(
         INFO,

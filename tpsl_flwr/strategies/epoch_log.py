@@ -21,7 +21,21 @@ from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.accounting import PrivacySpent
 from tpsl_flwr.release_record import LedgerView, check_spend
 
-__all__ = ["TPSLResult", "log_settings", "progress_line", "record_epoch"]
+__all__ = [
+    "NOTHING_TO_DO",
+    "TPSLResult",
+    "begin_result",
+    "log_settings",
+    "progress_line",
+    "record_epoch",
+]
+
+NOTHING_TO_DO = (
+    "nothing left to do: the resumed run had already trained all {epochs} "
+    "epoch(s): no step was taken and no gradient sent (raise epochs to train "
+    "further, or start a new run)"
+)
+"""The note and log line of a resume that finds every epoch done."""
 
 
 @dataclass
@@ -32,9 +46,16 @@ class TPSLResult(Result):
     ----------
     privacy
         The accounting of the run (epsilon, delta, notes, the attack ceiling).
+    epochs_trained
+        Epochs this call trained: ``0`` for a resume that found every epoch
+        done (:data:`NOTHING_TO_DO` says so in the log and in ``note``).
+    note
+        A plain-language remark on the run, or ``None``.
     """
 
     privacy: PrivacySpent | None = None
+    epochs_trained: int = 0
+    note: str | None = None
 
     @property
     def epsilon_spent(self) -> float | None:
@@ -45,6 +66,19 @@ class TPSLResult(Result):
     def privacy_notes(self) -> tuple[str, ...]:
         """Caveats of the accounting (e.g. a near no-op epsilon)."""
         return () if self.privacy is None else tuple(self.privacy.notes)
+
+
+def begin_result(privacy: PrivacySpent, epochs: int, start_epoch: int) -> TPSLResult:
+    """The result of a run about to train epochs ``start_epoch..epochs-1``.
+
+    A resumed run (``start_epoch > 0``) with no epoch left says so: in the
+    log (a warning) and in the result's ``note``; ``epochs_trained`` is 0.
+    """
+    result = TPSLResult(privacy=privacy, epochs_trained=max(0, epochs - start_epoch))
+    if start_epoch > 0 and result.epochs_trained == 0:
+        result.note = NOTHING_TO_DO.format(epochs=epochs)
+        log(WARNING, "%s", result.note)
+    return result
 
 
 def record_epoch(result: Result, entry: dict[str, Any]) -> None:
@@ -62,7 +96,9 @@ def record_epoch(result: Result, entry: dict[str, Any]) -> None:
         result.evaluate_metrics_serverapp[epoch] = MetricRecord(dict(evaluated))
 
 
-_TRAINING = frozenset({"epoch", "seconds", "samples", "samples_per_second", "steps"})
+_TRAINING = frozenset(
+    {"epoch", "seconds", "samples", "samples_per_second", "steps", "steps_cumulative"}
+)
 
 
 def progress_line(entry: dict[str, Any]) -> str:

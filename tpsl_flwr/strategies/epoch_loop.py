@@ -7,13 +7,16 @@ from ``start``; they use only its Flower Strategy methods and public state.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import torch
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
 from tpsl_flwr.strategies.exchange import exchange
 from tpsl_flwr.strategies.pipeline import train_steps
@@ -21,10 +24,13 @@ from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.label_side import check_replies, step_message
 
 if TYPE_CHECKING:
+    from tpsl_flwr.label_store import Release
     from tpsl_flwr.strategies.tpsl_strategy import TPSLStrategy
 
 __all__ = [
+    "StepState",
     "refuse_configs",
+    "restore_release",
     "save_checkpoint",
     "scale_setting",
     "schedule_step",
@@ -64,8 +70,15 @@ def send_to_all(
 def train_epoch(
     strategy: TPSLStrategy, grid: Grid, epoch: int, timeout: float
 ) -> dict[str, Any]:
-    """One epoch of steps, then the test query; the epoch's history entry."""
+    """One epoch of steps, then the test query; the epoch's history entry.
+
+    The entry holds ``epoch`` (1-based), ``seconds``, ``samples``,
+    ``samples_per_second``, ``steps`` (the label party's optimizer steps in
+    this epoch), ``steps_cumulative`` (since the run began, resumed epochs
+    included), the evaluation's metrics and, with ``audit``, ``attack_auc``.
+    """
     started = time.perf_counter()
+    steps_before = strategy.party.steps
     strategy.begin_epoch(epoch)
     if strategy.audit:
         strategy._audit = TranscriptAudit([(n.offset, n.width) for n in strategy.nodes])
@@ -96,7 +109,8 @@ def train_epoch(
         "seconds": seconds,
         "samples": strategy._state.samples,
         "samples_per_second": strategy._state.samples / training,
-        "steps": strategy.party.steps,
+        "steps": strategy.party.steps - steps_before,
+        "steps_cumulative": strategy.party.steps,
     }
     entry.update(dict(metrics or {}))
     if attacks is not None:
@@ -137,3 +151,38 @@ def scale_setting(strategy: TPSLStrategy) -> dict[str, str]:
     if strategy.lr_schedule == "constant" or not strategy._state.pending:
         return {}
     return {P.LR_SCALE: repr(strategy._state.scale)}
+
+
+@dataclass
+class StepState:
+    """Where the strategy is in the current epoch (label-independent ids only)."""
+
+    epoch: int = 0
+    batches: list[np.ndarray] = field(default_factory=list)
+    cursor: int = 0
+    in_flight: list[np.ndarray] = field(default_factory=list)
+    pending: list[tuple[np.ndarray, torch.Tensor]] = field(default_factory=list)
+    samples: int = 0
+    scale: float = 1.0
+
+
+def restore_release(strategy: TPSLStrategy, release: Release) -> None:
+    """Continue from a release: same key, the saved state and history.
+
+    Raises
+    ------
+    PrivacyError
+        If the release's key is not the label party's.
+    """
+    party = strategy.party
+    if release.key != party.key:
+        raise PrivacyError(
+            f"the release's key ({release.key.fingerprint}) is not the label "
+            f"party's ({party.key.fingerprint})"
+        )
+    if release.party_state is not None:
+        party.load_state_dict(release.party_state)
+        strategy.start_epoch = release.start_epoch
+        strategy.history = list(release.history)
+        if strategy.best is not None and "best" in release.party_state:
+            strategy.best.load_state_dict(release.party_state["best"])

@@ -31,7 +31,6 @@ from flwr.app import Error, Message
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
-from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.validation import check_positive_finite
 from tpsl_flwr.wire.protocol import check_outgoing
 
@@ -44,7 +43,6 @@ __all__ = [
     "collect",
     "exchange",
     "push",
-    "wait_for_nodes",
 ]
 
 FIRST_INTERVAL = 0.001
@@ -186,30 +184,3 @@ def _in_the_nodes_names(
         error = Error(ErrorCode.NODE_UNAVAILABLE, reason or NOT_DELIVERED)
         named.append(Message(error, reply_to=message))
     return named
-
-
-def wait_for_nodes(grid: Grid, expected: int | None, wait: float) -> list[int]:
-    """The ids of the registered nodes, once ``expected`` of them are there.
-
-    Flower may start the ServerApp before the SuperNodes register; this polls
-    ``grid.get_node_ids()`` every 0.2 s for at most ``wait`` seconds
-    (``expected=None``: whoever is there now).
-
-    Raises
-    ------
-    ProtocolError
-        If fewer than ``expected`` nodes registered in time, or none at all.
-    """
-    deadline = time.monotonic() + wait
-    node_ids = list(grid.get_node_ids())
-    while expected is not None and len(node_ids) < expected:
-        if time.monotonic() > deadline:
-            raise ProtocolError(
-                f"expected {expected} non-label nodes, only {len(node_ids)} "
-                f"registered within {wait:g} s"
-            )
-        time.sleep(0.2)
-        node_ids = list(grid.get_node_ids())
-    if not node_ids:
-        raise ProtocolError("no non-label nodes are connected")
-    return node_ids

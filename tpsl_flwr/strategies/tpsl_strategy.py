@@ -22,7 +22,6 @@ bottom models embed ``d`` steps stale (:mod:`~tpsl_flwr.strategies.pipeline`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from logging import INFO
 from typing import Any
 
@@ -34,7 +33,6 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
-from tpsl_flwr.errors import PrivacyError
 from tpsl_flwr.evaluation import classification_metrics
 from tpsl_flwr.label_store import LabelStore, Release
 from tpsl_flwr.parties import LabelParty
@@ -42,19 +40,23 @@ from tpsl_flwr.parties.optim import lr_scale
 from tpsl_flwr.privacy.accounting import PrivacySpent, privacy_spent
 from tpsl_flwr.strategies.epoch_log import (
     TPSLResult,
+    begin_result,
     log_settings,
     progress_line,
     record_epoch,
 )
 from tpsl_flwr.strategies.epoch_loop import (
+    StepState,
     refuse_configs,
+    restore_release,
     save_checkpoint,
     scale_setting,
     schedule_step,
     send_to_all,
     train_epoch,
 )
-from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange, wait_for_nodes
+from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange
+from tpsl_flwr.strategies.node_count import refuse_extra_nodes, wait_for_nodes
 from tpsl_flwr.strategies.selection import Validation
 from tpsl_flwr.validation import check_int, check_positive_finite
 from tpsl_flwr.wire import protocol as P
@@ -68,19 +70,9 @@ from tpsl_flwr.wire.label_side import (
     hello_messages,
     step_message,
 )
+from tpsl_flwr.wire.wire_dtype import check_wire_dtype
 
 EpochCallback = Callable[[int, dict[str, Any]], None]
-
-
-@dataclass
-class _StepState:
-    epoch: int = 0
-    batches: list[np.ndarray] = field(default_factory=list)
-    cursor: int = 0
-    in_flight: list[np.ndarray] = field(default_factory=list)
-    pending: list[tuple[np.ndarray, torch.Tensor]] = field(default_factory=list)
-    samples: int = 0
-    scale: float = 1.0
 
 
 class TPSLStrategy(Strategy):
@@ -107,11 +99,14 @@ class TPSLStrategy(Strategy):
         Called with ``(epoch, record)`` after each epoch's evaluation and
         checkpoint; ``record`` is the epoch's history entry.
     node_wait
-        Seconds to wait for ``num_nodes`` nodes to register.
+        Seconds to wait for ``num_nodes`` nodes to register (sooner where
+        all register at once: :mod:`~tpsl_flwr.strategies.node_count`).
     audit
         Attack the dispatched transcript every epoch (norm, cosine, spectral,
-        white-box SDA) and add ``attack_auc`` to each epoch's history entry.
-        Off by default: it costs ``k`` extra backward passes per step.
+        white-box SDA) on a bounded sample of its batches
+        (:mod:`~tpsl_flwr.attacks.reservoir`) and add ``attack_auc`` to each
+        epoch's history entry. Off by default: each sampled batch costs ``k``
+        extra backward passes.
     poll_interval
         Longest sleep, in seconds, between two pulls for the nodes' replies
         (:func:`~tpsl_flwr.strategies.exchange.exchange`; Flower's own
@@ -137,6 +132,10 @@ class TPSLStrategy(Strategy):
     pipeline_depth
         ``d``: push train message ``k + d`` before pulling reply ``k``, so the
         bottom models embed ``d`` steps stale; 0: sequential (the default).
+    wire_dtype
+        ``float32`` (the default) or ``float16``: the dtype the perturbed
+        gradient slices go in, cast after perturbation (post-processing,
+        :mod:`~tpsl_flwr.wire.wire_dtype`).
 
     See ``docs/embedding.md`` for the contracts of both parties and for
     resuming an embedded run.
@@ -161,6 +160,7 @@ class TPSLStrategy(Strategy):
         validation_fraction: float = 0.0,
         lr_schedule: str = "constant",
         pipeline_depth: int = 0,
+        wire_dtype: str = "float32",
     ) -> None:
         for name, value in (
             ("batch_size", batch_size),
@@ -169,6 +169,7 @@ class TPSLStrategy(Strategy):
         ):
             check_int(value, name)
         self.pipeline_depth = check_int(pipeline_depth, "pipeline_depth", 0)
+        self.wire_dtype = check_wire_dtype(wire_dtype)
         if num_nodes is not None:
             check_int(num_nodes, "num_nodes")
         self.poll_interval = check_positive_finite(poll_interval, "poll_interval")
@@ -187,7 +188,7 @@ class TPSLStrategy(Strategy):
         self.history: list[dict[str, Any]] = []
         self.start_epoch = 0
         self.store = store
-        self._state = _StepState()
+        self._state = StepState()
         self.lr_schedule = lr_schedule
         lr_scale(lr_schedule, 0, 1)  # refuses an unknown schedule
         self.validation = Validation(self.num_train, validation_fraction, order_seed)
@@ -196,21 +197,7 @@ class TPSLStrategy(Strategy):
             label_party.hold_out(self.validation.ids)
         self._release = release
         if release is not None:
-            self._restore(release)
-
-    def _restore(self, release: Release) -> None:
-        """Continue from a release: same key, the saved state and history."""
-        if release.key != self.party.key:
-            raise PrivacyError(
-                f"the release's key ({release.key.fingerprint}) is not the label "
-                f"party's ({self.party.key.fingerprint})"
-            )
-        if release.party_state is not None:
-            self.party.load_state_dict(release.party_state)
-            self.start_epoch = release.start_epoch
-            self.history = list(release.history)
-            if self.best is not None and "best" in release.party_state:
-                self.best.load_state_dict(release.party_state["best"])
+            restore_release(self, release)
 
     @property
     def privacy(self) -> PrivacySpent:
@@ -230,7 +217,7 @@ class TPSLStrategy(Strategy):
 
     def begin_epoch(self, epoch: int) -> None:
         """Start ``epoch``: its label-independent batches, no gradient pending."""
-        self._state = _StepState(epoch=epoch, batches=self.epoch_batches(epoch))
+        self._state = StepState(epoch=epoch, batches=self.epoch_batches(epoch))
 
     @property
     def pending(self) -> list[tuple[np.ndarray, torch.Tensor]]:
@@ -273,6 +260,7 @@ class TPSLStrategy(Strategy):
         hello = hello_messages(node_ids, resume_epoch)  # may start each node's app
         replies = exchange(grid, hello, timeout + self.node_wait, self.poll_interval)
         nodes = describe_nodes(replies, node_ids, self.num_nodes)
+        refuse_extra_nodes(nodes, self.num_nodes)
         n_test = None if self.test_labels is None else int(self.test_labels.size)
         check_sample_counts(nodes, num_train=self.num_train, num_test=n_test)
         check_top_model(self.party.top, nodes, self.party.num_outputs)
@@ -290,7 +278,14 @@ class TPSLStrategy(Strategy):
         settings = {P.EPOCH: state.epoch, P.ROUND: server_round, P.SPLIT: "train"}
         settings.update(scale_setting(self))
         messages = [
-            step_message(n, P.MSG_TRAIN, settings, state.in_flight, state.pending)
+            step_message(
+                n,
+                P.MSG_TRAIN,
+                settings,
+                state.in_flight,
+                state.pending,
+                self.wire_dtype,
+            )
             for n in self.nodes
         ]
         state.pending = []  # dispatched
@@ -325,7 +320,7 @@ class TPSLStrategy(Strategy):
             settings[P.SPLITS] = ",".join(splits)
         pending = self._state.pending
         messages = (P.MSG_EMBED_TEST, settings, ids, pending)
-        return [step_message(n, *messages) for n in self.nodes]
+        return [step_message(n, *messages, self.wire_dtype) for n in self.nodes]
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
@@ -375,7 +370,7 @@ class TPSLStrategy(Strategy):
             A Flower ``Result`` (top model arrays, per-epoch throughput in
             ``train_metrics_clientapp``, per-epoch test metrics computed at the
             label party in ``evaluate_metrics_serverapp``) that also carries
-            ``privacy`` and ``epsilon_spent``.
+            ``privacy``, ``epsilon_spent`` and ``epochs_trained``.
 
         Raises
         ------
@@ -398,7 +393,7 @@ class TPSLStrategy(Strategy):
             len(self.nodes),
             sum(n.width for n in self.nodes),
         )
-        result = TPSLResult(privacy=self.privacy)
+        result = begin_result(self.privacy, self.epochs, self.start_epoch)
         for past in self.history:
             record_epoch(result, past)
         for epoch in range(self.start_epoch, self.epochs):

@@ -29,13 +29,16 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import Mod
 
-from tpsl_flwr.errors import ProtocolError
+from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.parties import NonLabelParty
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.arrays import from_array, to_array
+from tpsl_flwr.wire.node_edge import check_node_config, node_failure
 from tpsl_flwr.wire.state_codec import UnsupportedStateError, decode_state, encode_state
+from tpsl_flwr.wire.wire_dtype import FLOAT32, check_wire_dtype
 
 PartyFactory = Callable[[Context], NonLabelParty]
+Handler = Callable[[Message, Context], Message]
 CheckpointDir = Callable[[Context], Path | None] | str | Path | None
 """Where a node keeps its checkpoint: a folder, a function of the context, or None."""
 STATE_KEY = "tpsl.party-state"
@@ -257,6 +260,7 @@ class NonLabelHandlers:
         new_ids = content.array_records.get(P.NEW_IDS, ArrayRecord())
         splits = _batch_splits(config, len(new_ids))
         training = msg.metadata.message_type == P.MSG_TRAIN
+        wire_dtype = check_wire_dtype(context.run_config.get(P.WIRE_DTYPE, FLOAT32))
         embeddings = {}
         j = 0
         while P.batch_key(j) in new_ids:
@@ -266,7 +270,9 @@ class NonLabelHandlers:
                 split,
                 keep_graph=training and split == "train",
             )
-            embeddings[P.batch_key(j)] = to_array(emb.numpy().astype(np.float32))
+            embeddings[P.batch_key(j)] = to_array(
+                emb.numpy().astype(np.float32, copy=False), wire_dtype
+            )
             j += 1
         self._save(party, context)
         if P.CHECKPOINT_EPOCH in config:
@@ -317,7 +323,13 @@ def make_client_app(
     Returns
     -------
     ClientApp
-        Serves ``query.hello``, ``train`` and ``query``.
+        Serves ``query.hello``, ``train`` and ``query``. Each message first
+        checks the node config (:func:`~tpsl_flwr.wire.node_edge.check_node_config`:
+        ``partition-id`` and ``num-partitions`` present, integers, in range,
+        ``num-partitions`` equal to the run config's ``num-parties`` when it
+        has one), before ``factory`` runs; an error of a handler leaves the
+        node as one line naming its partition and the root cause
+        (:func:`~tpsl_flwr.wire.node_edge.node_failure`).
 
     Examples
     --------
@@ -332,7 +344,38 @@ def make_client_app(
     """
     handlers = NonLabelHandlers(factory, checkpoint_dir)
     client_app = ClientApp(mods=mods)
-    client_app.query("hello")(handlers.hello)
-    client_app.train()(handlers.step)
-    client_app.query()(handlers.step)
+    client_app.query("hello")(_at_the_edge(handlers.hello))
+    client_app.train()(_at_the_edge(handlers.step))
+    client_app.query()(_at_the_edge(handlers.step))
     return client_app
+
+
+def _stated_partition(node_config: dict[str, Any]) -> tuple[int, int] | None:
+    """``(partition-id, num-partitions)`` as stated, if both are integers."""
+    values = [node_config.get(key) for key in (P.PARTITION_ID, P.NUM_PARTITIONS)]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return values[0], values[1]  # type: ignore[return-value]
+    return None
+
+
+def _at_the_edge(handler: Handler) -> Handler:
+    """``handler`` behind the node config check, its errors named by partition."""
+
+    def checked(msg: Message, context: Context) -> Message:
+        try:
+            partition, partitions = check_node_config(
+                context.node_config, context.run_config
+            )
+        except ConfigError as err:
+            named = _stated_partition(context.node_config)
+            if named is None:
+                raise
+            raise node_failure(err, *named) from err
+        try:
+            return handler(msg, context)
+        except Exception as err:
+            raise node_failure(err, partition, partitions) from err
+
+    checked.__name__ = checked.__qualname__ = handler.__name__
+    checked.__doc__ = handler.__doc__
+    return checked

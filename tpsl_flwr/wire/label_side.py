@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from logging import WARNING
+from logging import ERROR, WARNING
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from flwr.common.logger import log
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.arrays import from_array, to_array
+from tpsl_flwr.wire.node_edge import read_node_error
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,34 @@ class Node:
     num_test: int = 0
 
 
-def node_label(nodes: Sequence[Node], node_id: int) -> str:
-    """``"node <id> (partition <p>)"`` for error messages."""
+def node_label(
+    nodes: Sequence[Node], node_id: int, partition: int | None = None
+) -> str:
+    """``"node <id> (partition <p>)"`` for error messages.
+
+    The partition comes from ``nodes``, else from ``partition`` (what the
+    node said of itself), else it is left out.
+    """
     for node in nodes:
         if node.node_id == node_id:
             return f"node {node_id} (partition {node.partition})"
+    if partition is not None:
+        return f"node {node_id} (partition {partition})"
     return f"node {node_id}"
+
+
+def node_error(nodes: Sequence[Node], reply: Message) -> ProtocolError:
+    """A node's error reply as one line: node, partition, then the root cause.
+
+    The wrapper around the cause (Ray's ``RayTaskError(ClientAppException)``
+    text and its traceback) goes to the log only
+    (:func:`~tpsl_flwr.wire.node_edge.read_node_error`).
+    """
+    found = read_node_error(reply.error.reason or "")
+    name = node_label(nodes, reply.metadata.src_node_id, found.partition)
+    if found.detail is not None:
+        log(ERROR, "%s replied with an error; its full text:\n%s", name, found.detail)
+    return ProtocolError(f"{name} replied with an error: {found.cause}")
 
 
 def check_replies(
@@ -69,7 +92,7 @@ def check_replies(
                     f"{name} stopped answering ({reply.error.reason}); restart it "
                     "and resume the run (resume = true) from the last checkpoint"
                 )
-            raise ProtocolError(f"{name} replied with an error: {reply.error.reason}")
+            raise node_error(nodes, reply)
         if src not in expected:
             raise ProtocolError(f"a reply came from {name}, which was sent nothing")
         if src in by_node:
@@ -174,8 +197,10 @@ def check_sample_counts(
         name = node_label(nodes, node.node_id)
         if node.num_train != num_train:
             missing = (
-                f" (ids {node.num_train}..{num_train - 1} are not in this party's "
-                f"train partition ({node.num_train} samples))"
+                f" (its train partition is {num_train - node.num_train} rows "
+                "short; rows are matched by position, so the count cannot tell "
+                "which records are missing: compare each party's record keys, "
+                "in order, with the label party's)"
                 if node.num_train < num_train
                 else ""
             )
@@ -281,8 +306,14 @@ def step_message(
     config: dict[str, Any],
     new_ids: Sequence[np.ndarray],
     pending: Sequence[tuple[np.ndarray, torch.Tensor]],
+    wire_dtype: str = "float32",
 ) -> Message:
-    """One node's message: public config, ids to embed, its gradient slices."""
+    """One node's message: public config, ids to embed, its gradient slices.
+
+    ``wire_dtype = "float16"`` sends the gradient slices as scaled float16
+    (:mod:`~tpsl_flwr.wire.wire_dtype`): cast after GradPerturb perturbed
+    them, so post-processing of the release (epsilon unchanged).
+    """
     content = RecordDict({P.CONFIG: ConfigRecord(config)})
     content[P.NEW_IDS] = ArrayRecord(
         {
@@ -295,7 +326,9 @@ def step_message(
         ids_key, grad_key = P.grad_keys(j)
         grads[ids_key] = to_array(ids.astype(np.int64))
         piece = grad[:, node.offset : node.offset + node.width]
-        grads[grad_key] = to_array(piece.numpy().astype(np.float32, copy=False))
+        grads[grad_key] = to_array(
+            piece.numpy().astype(np.float32, copy=False), wire_dtype
+        )
     content[P.GRADS] = ArrayRecord(grads)
     return Message(content, dst_node_id=node.node_id, message_type=message_type)
 

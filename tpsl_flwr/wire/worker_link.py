@@ -272,8 +272,8 @@ def ask_worker(path: str | Path, message: Message, context: Context) -> RecordDi
         except OSError as err:
             raise WorkerError(
                 f"cannot reach the party worker at {path} ({err}); start it on "
-                "this machine with `tpsl-flwr party` (see README, Deploying "
-                "across organisations)"
+                "this machine with `tpsl-flwr party` (see docs/deployment.md, "
+                "Deploying across organisations)"
             ) from err
         _check_server_uid(conn, path)
         try:

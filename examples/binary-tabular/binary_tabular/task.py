@@ -15,7 +15,6 @@ party, so the rows of the files may come in any order.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -255,12 +254,10 @@ def build_strategy(
     )
 
 
-def write_results(
-    out_dir: Path, result: Any, strategy: TPSLStrategy, cfg: AppConfig
-) -> Path:
-    """Write ``out_dir/results.json``: final test metrics, epsilon, history."""
+def results_of(result: Any, strategy: TPSLStrategy, cfg: AppConfig) -> dict[str, Any]:
+    """The run's results: final test metrics, epsilon, history."""
     last = strategy.history[-1] if strategy.history else {}
-    results = {
+    return {
         "test_auc": last.get("test_auc"),
         "test_accuracy": last.get("test_accuracy"),
         "epsilon_spent": result.epsilon_spent,
@@ -268,8 +265,5 @@ def write_results(
         "epsilon": cfg.epsilon,
         "epochs": cfg.epochs,
         "history": strategy.history,
+        "note": result.note,
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "results.json"
-    path.write_text(json.dumps(results, indent=2, default=float), encoding="utf-8")
-    return path

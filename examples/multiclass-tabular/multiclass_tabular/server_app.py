@@ -2,34 +2,44 @@
 
 It reads only ``labels.csv`` (never a feature file), trains the top model on the
 nodes' embeddings, sends back only perturbed gradients, and writes
-``out-dir/results.json``.
+``out-dir/results.json`` under the run-folder rules, in one line
+(:func:`tpsl_flwr.simulations.run_in_folder`: atomic results, ``FAILED`` with
+the one-line error on failure, an earlier run's results kept as
+``results.previous.json``).
 """
 
 from __future__ import annotations
 
 from logging import INFO
+from typing import Any
 
 from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from multiclass_tabular.task import AppConfig, build_strategy, write_results
+from multiclass_tabular.task import AppConfig, build_strategy, results_of
+from tpsl_flwr.simulations import run_in_folder
 
 app = ServerApp()
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Train with label DP; log and write the test accuracy and the epsilon spent."""
+    """Train with label DP; write ``out-dir/results.json`` (or ``FAILED``)."""
     cfg = AppConfig.from_run_config(context.run_config)
-    strategy = build_strategy(context.run_config)
+    run_in_folder(cfg.out_dir, lambda: train(grid, context.run_config, cfg))
+
+
+def train(grid: Grid, run_config: dict[str, Any], cfg: AppConfig) -> dict[str, Any]:
+    """Run the label party; log and return the test accuracy and the epsilon spent."""
+    strategy = build_strategy(run_config)
     result = strategy.start(grid=grid)
-    path = write_results(cfg.out_dir, result, strategy, cfg)
+    results = results_of(result, strategy, cfg)
     log(
         INFO,
-        "test accuracy %.4f, epsilon spent %s (%s); results in %s",
-        strategy.history[-1]["test_accuracy"],
+        "test accuracy %.4f, epsilon spent %s (%s)",
+        results["test_accuracy"],
         result.epsilon_spent,
         cfg.mechanism,
-        path,
     )
+    return results

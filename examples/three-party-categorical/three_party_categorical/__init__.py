@@ -1,0 +1,1 @@
+"""TPSL example: three non-label parties, one of them categorical-only."""

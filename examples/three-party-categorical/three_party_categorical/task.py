@@ -1,0 +1,262 @@
+"""Data loading and the label party's training run (no Flower handlers here).
+
+Data layout (written by ``prepare_data.py``), one CSV file per party:
+
+* ``labels.csv``: ``record_id,label``; only the label party (ServerApp) reads it.
+* ``party-<i>.csv``: ``record_id`` and its feature columns, ``x*`` numeric and
+  ``c*`` categorical codes; only node ``i`` (ClientApp with ``partition-id =
+  i``) reads it. Party 1 has categorical columns only.
+
+Train/test membership is a function of the record id alone (:func:`is_test`).
+Within each split the ids on the wire are positions ``0..n-1`` in increasing
+record-id order, at every node and at the label party, so the rows of the
+files may come in any order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from logging import INFO
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from three_party_categorical.models import ConcatTop, MixedBottom
+from tpsl_flwr import make_mechanism
+from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
+from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
+from tpsl_flwr.privacy.accounting import privacy_spent
+from tpsl_flwr.strategies import TPSLStrategy
+
+APP_DIR = Path(__file__).resolve().parents[1]
+"""The app folder (holds ``pyproject.toml``); relative paths resolve against it."""
+
+LABEL_FILE = "labels.csv"
+NUM_CLASSES = 4
+TEST_EVERY = 5
+"""Record ``i`` is a test record iff ``i % TEST_EVERY == 0`` (20%)."""
+
+
+def party_file(partition: int) -> str:
+    """The feature file of non-label party ``partition``."""
+    return f"party-{partition}.csv"
+
+
+def resolve(path: str | Path) -> Path:
+    """``path`` made absolute: relative paths are taken from :data:`APP_DIR`."""
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else (APP_DIR / path).resolve()
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """The run config (``[tool.flwr.app.config]``), parsed once and typed."""
+
+    num_parties: int = 3
+    mechanism: str = "laplace"
+    epsilon: float = 2.0
+    epochs: int = 3
+    batch_size: int = 128
+    lr: float = 0.01
+    embedding_dim: int = 8
+    category_dim: int = 4
+    hidden: int = 32
+    seed: int = 0
+    data_dir: Path = APP_DIR / "data"
+    out_dir: Path = APP_DIR / "outputs"
+    checkpoint_dir: Path = APP_DIR / "checkpoints"
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> AppConfig:
+        """Read the kebab-case keys; paths become absolute (:func:`resolve`)."""
+        default = cls()
+        values = {}
+        for name, value in vars(default).items():
+            given = run_config.get(name.replace("_", "-"), value)
+            values[name] = (
+                resolve(given) if isinstance(value, Path) else type(value)(given)
+            )
+        return cls(**values)
+
+    @property
+    def label_dir(self) -> Path:
+        """The label party's private folder: its noise key and checkpoints."""
+        return self.checkpoint_dir / "label-party"
+
+
+# --------------------------------------------------------------------- data
+def is_test(record_ids: np.ndarray) -> np.ndarray:
+    """Test membership from the record id alone (never from a label)."""
+    return np.asarray(record_ids) % TEST_EVERY == 0
+
+
+def read_table(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """A party's CSV file: ``(record ids, values, column names)``, by record id.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the file is missing (with a hint to run ``prepare_data.py``).
+    ValueError
+        If the first column is not ``record_id``.
+    """
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: run `python prepare_data.py` first, and give "
+            "`flwr run` an absolute data-dir (Flower runs an installed copy of "
+            "the app's code, without its data)"
+        )
+    with path.open(encoding="utf-8") as handle:
+        header = handle.readline().strip().split(",")
+        if header[0] != "record_id":
+            raise ValueError(f"{path}: first column must be record_id, got {header}")
+        table = np.loadtxt(handle, delimiter=",", ndmin=2)
+    order = np.argsort(table[:, 0], kind="stable")
+    return table[order, 0].astype(np.int64), table[order, 1:], header[1:]
+
+
+def split_rows(record_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """Row positions of each split, in increasing record-id order (= wire ids)."""
+    test = is_test(record_ids)
+    return {"train": np.flatnonzero(~test), "test": np.flatnonzero(test)}
+
+
+def load_labels(data_dir: Path) -> tuple[np.ndarray, np.ndarray, LabelRecords]:
+    """The label party's data: train labels, test labels, every labelled record.
+
+    Reads ``labels.csv`` only; no feature file is opened.
+    """
+    ids, values, _ = read_table(Path(data_dir) / LABEL_FILE)
+    labels = values[:, 0].astype(np.int64)
+    rows = split_rows(ids)
+    return labels[rows["train"]], labels[rows["test"]], LabelRecords(ids, labels)
+
+
+def load_features(
+    data_dir: Path, partition: int
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A node's data: its own columns per split, as ``(numeric, categorical)``.
+
+    Reads ``party-<partition>.csv`` only: never the label file. Numeric
+    columns (``x*``) are standardised with the training split's mean and
+    deviation (label-free); categorical columns (``c*``) stay integer codes.
+    A party without one kind gets a ``(n, 0)`` array of it.
+    """
+    ids, values, names = read_table(Path(data_dir) / party_file(partition))
+    numeric = values[:, [i for i, n in enumerate(names) if n.startswith("x")]]
+    codes = values[:, [i for i, n in enumerate(names) if n.startswith("c")]]
+    rows = split_rows(ids)
+    train = numeric[rows["train"]]
+    mean, std = train.mean(axis=0), train.std(axis=0) + 1e-8
+    return {
+        split: (
+            ((numeric[positions] - mean) / std).astype(np.float32),
+            codes[positions].astype(np.int64),
+        )
+        for split, positions in rows.items()
+    }
+
+
+# ------------------------------------------------------------------ parties
+def make_party(cfg: AppConfig, partition: int) -> NonLabelParty:
+    """Non-label party ``partition``: its own features and bottom model.
+
+    Each categorical column's cardinality is read from the party's own codes
+    (both splits): nothing about the other parties or the labels is needed.
+    """
+    features = load_features(cfg.data_dir, partition)
+    numeric, codes = features["train"]
+    both = np.concatenate([codes, features["test"][1]])
+    cardinalities = [int(both[:, j].max()) + 1 for j in range(both.shape[1])]
+    bottom = MixedBottom(
+        numeric.shape[1],
+        cardinalities,
+        category_dim=cfg.category_dim,
+        hidden=cfg.hidden,
+        out_dim=cfg.embedding_dim,
+        seed=cfg.seed * 1000 + partition + 1,
+    )
+    return NonLabelParty(features, bottom, adam(cfg.lr))
+
+
+def build_strategy(run_config: Mapping[str, Any]) -> TPSLStrategy:
+    """The label party: labels, its own top model, Laplace, a fresh noise key.
+
+    Returns
+    -------
+    TPSLStrategy
+        Ready for ``strategy.start(grid=grid)``.
+    """
+    cfg = AppConfig.from_run_config(run_config)
+    train_labels, test_labels, records = load_labels(cfg.data_dir)
+    epsilon = None if cfg.mechanism == "none" else cfg.epsilon  # none: baseline
+    # num_classes: the mechanism draws one coefficient per class (default 2).
+    mechanism = make_mechanism(cfg.mechanism, epsilon=epsilon, num_classes=NUM_CLASSES)
+    store = LabelStore(cfg.label_dir)
+    id_space = {
+        "dataset": "three-party-categorical",
+        "test-rule": f"record_id % {TEST_EVERY} == 0",
+        "ids": hashlib.sha256(records.ids.tobytes()).hexdigest()[:16],
+    }
+    binding = NoiseBinding.of(
+        mechanism=mechanism, placement="logits", reuse_noise=True, id_space=id_space
+    )
+    # A fresh release, recorded in the label party's privacy ledger before any
+    # gradient leaves; a further release of the same labels is refused unless
+    # acknowledged (`tpsl-flwr ledger acknowledge LABEL_DIR`).
+    release = store.open_release(
+        binding,
+        resume=False,
+        labels=records,
+        privacy=privacy_spent(mechanism=mechanism, epochs=cfg.epochs),
+        run_name="three-party-categorical",
+    )
+    top = ConcatTop(
+        cfg.num_parties * cfg.embedding_dim,
+        hidden=cfg.hidden,
+        num_classes=NUM_CLASSES,
+        seed=cfg.seed,
+    )
+    party = LabelParty(
+        top, train_labels, mechanism, release.key, optimizer=adam(cfg.lr)
+    )
+    return TPSLStrategy(
+        party,
+        test_labels=test_labels,
+        batch_size=cfg.batch_size,
+        epochs=cfg.epochs,
+        order_seed=cfg.seed,
+        num_nodes=cfg.num_parties,
+        store=store,
+        release=release,
+    )
+
+
+def train(grid: Grid, run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """Run the label party on ``grid``; the results (test accuracy, epsilon)."""
+    cfg = AppConfig.from_run_config(run_config)
+    strategy = build_strategy(run_config)
+    result = strategy.start(grid=grid)
+    last = strategy.history[-1] if strategy.history else {}
+    log(
+        INFO,
+        "test accuracy %.4f, epsilon spent %s (%s)",
+        last.get("test_accuracy", float("nan")),
+        result.epsilon_spent,
+        cfg.mechanism,
+    )
+    return {
+        "test_accuracy": last.get("test_accuracy"),
+        "epsilon_spent": result.epsilon_spent,
+        "mechanism": cfg.mechanism,
+        "epsilon": cfg.epsilon,
+        "epochs": cfg.epochs,
+        "num_parties": len(strategy.nodes),
+        "note": result.note,
+        "history": strategy.history,
+    }
