@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord
+from flwr.app import ConfigRecord
 from flwr.serverapp import Grid
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
+from tpsl_flwr.strategies.evaluation_query import evaluate, scale_setting
 from tpsl_flwr.strategies.exchange import exchange
 from tpsl_flwr.strategies.pipeline import train_steps
 from tpsl_flwr.wire import protocol as P
@@ -70,7 +71,7 @@ def send_to_all(
 def train_epoch(
     strategy: TPSLStrategy, grid: Grid, epoch: int, timeout: float
 ) -> dict[str, Any]:
-    """One epoch of steps, then the test query; the epoch's history entry.
+    """One epoch of steps, then the evaluation query; the epoch's history entry.
 
     The entry holds ``epoch`` (1-based), ``seconds``, ``samples``,
     ``samples_per_second``, ``steps`` (the label party's optimizer steps in
@@ -85,16 +86,11 @@ def train_epoch(
     per_epoch = len(strategy._state.batches) + strategy.pipeline_depth
     server_round = train_steps(strategy, grid, epoch * per_epoch, timeout)
     # The nodes checkpoint with the label party, never without it (after
-    # the best-epoch decision, when there is one to keep).
+    # the best-epoch decision, when there is one to keep), and with the
+    # evaluation query's last chunk, after every gradient is applied.
     at_end = strategy.store is not None and strategy.best is None
-    config = ConfigRecord({P.CHECKPOINT_EPOCH: epoch} if at_end else {})
-    replies = exchange(
-        grid,
-        strategy.configure_evaluate(server_round, ArrayRecord(), config, grid),
-        timeout,
-        strategy.poll_interval,
-    )
-    metrics = strategy.aggregate_evaluate(server_round, replies)
+    checkpoint = {P.CHECKPOINT_EPOCH: epoch} if at_end else {}
+    metrics = evaluate(strategy, grid, server_round, checkpoint, timeout)
     if strategy.best is not None and metrics is not None:
         score = metrics["validation_loss"]
         assert isinstance(score, float)
@@ -144,13 +140,6 @@ def schedule_step(strategy: TPSLStrategy) -> None:
     total = strategy.epochs * -(-strategy.validation.pool.size // strategy.batch_size)
     strategy._state.scale = lr_scale(strategy.lr_schedule, strategy.party.steps, total)
     set_lr_scale(strategy.party.optimizer, strategy._state.scale)
-
-
-def scale_setting(strategy: TPSLStrategy) -> dict[str, str]:
-    """The ``lr-scale`` of the pending gradients (nothing for a constant lr)."""
-    if strategy.lr_schedule == "constant" or not strategy._state.pending:
-        return {}
-    return {P.LR_SCALE: repr(strategy._state.scale)}
 
 
 @dataclass

@@ -1,0 +1,221 @@
+"""The label party's evaluation query, in chunks of bounded size.
+
+Once per epoch the label party asks every node for the embeddings of the
+validation ids and the test ids and computes, by itself, the test metrics and
+the validation score (nothing derived from labels leaves it). Asking for all of
+them in one message held ``n_val + n_test`` rows of cut-layer embeddings, plus
+their decoded copies, at once (issue 22: memory must not grow with the rows).
+:func:`evaluate` instead sends the ids in messages of at most
+:data:`EVAL_CHUNK_ROWS` rows, one after another, and an
+:class:`EvaluationAccumulator` keeps only what the metrics need: the test
+probabilities ``(n_test, k)`` and the validation per-class losses
+``(n_val, k)``.
+
+The protocol is the single query's, split: the first message carries the
+pending perturbed gradients (the nodes apply them before embedding), the last
+one the checkpoint setting (the nodes checkpoint after every gradient is
+applied), and every message embeds with the same bottom parameters. The ids
+are public (``0..n_test-1`` and the hash-chosen validation ids). The top model
+runs on the same blocks of :data:`~tpsl_flwr.parties.label_party.PREDICT_CHUNK_ROWS`
+rows whatever the chunk size, so the metrics are bitwise those of one message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from flwr.app import Message, MetricRecord
+from flwr.serverapp import Grid
+
+from tpsl_flwr.evaluation import classification_metrics
+from tpsl_flwr.parties.label_party import PREDICT_CHUNK_ROWS
+from tpsl_flwr.strategies.exchange import exchange
+from tpsl_flwr.strategies.selection import validation_class_losses
+from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.label_side import check_replies, gather_embeddings, step_message
+
+if TYPE_CHECKING:
+    from tpsl_flwr.strategies.tpsl_strategy import TPSLStrategy
+
+__all__ = [
+    "EVAL_CHUNK_ROWS",
+    "EvaluationAccumulator",
+    "absorb_replies",
+    "evaluate",
+    "query_chunks",
+    "query_messages",
+    "scale_setting",
+]
+
+EVAL_CHUNK_ROWS = 1 << 16
+"""Most ids one evaluation query message asks each node to embed."""
+
+Chunk = tuple[list[np.ndarray], list[str]]
+
+
+def scale_setting(strategy: TPSLStrategy) -> dict[str, str]:
+    """The ``lr-scale`` of the pending gradients (nothing for a constant lr).
+
+    Train messages and the evaluation query's first message carry it.
+    """
+    if strategy.lr_schedule == "constant" or not strategy._state.pending:
+        return {}
+    return {P.LR_SCALE: repr(strategy._state.scale)}
+
+
+def query_chunks(ids: list[np.ndarray], splits: list[str], rows: int) -> list[Chunk]:
+    """Pack the query's batches of ids, in order, into chunks of ``<= rows`` ids.
+
+    A chunk is ``(batches, splits)``. Each batch is cut at multiples of
+    ``rows`` from its own start, and whole pieces are packed greedily, so when
+    everything fits there is one chunk, the single query's batches; and every
+    piece starts where the nodes' own blocks of embedding rows would (for
+    ``rows`` a multiple of :data:`~tpsl_flwr.parties.non_label_party.EMBED_CHUNK_ROWS`),
+    so each node computes the same embeddings as for one message. Always at
+    least one chunk (empty when there is nothing to embed): the query's first
+    message flushes the pending gradients even then.
+
+    Examples
+    --------
+    >>> chunks = query_chunks([np.arange(3), np.arange(4)], ["train", "test"], 5)
+    >>> [([b.tolist() for b in batches], s) for batches, s in chunks]
+    [([[0, 1, 2]], ['train']), ([[0, 1, 2, 3]], ['test'])]
+    """
+    chunks: list[Chunk] = [([], [])]
+    room = rows
+    for batch, split in zip(ids, splits, strict=True):
+        for start in range(0, batch.size, rows):
+            piece = batch[start : start + rows]
+            if piece.size > room:
+                chunks.append(([], []))
+                room = rows
+            chunks[-1][0].append(piece)
+            chunks[-1][1].append(split)
+            room -= piece.size
+    return chunks
+
+
+def query_messages(
+    strategy: TPSLStrategy,
+    server_round: int,
+    config: dict[str, Any],
+    ids: list[np.ndarray],
+    splits: list[str],
+) -> list[Message]:
+    """One query per node for ``ids``; it carries the pending gradients, if any."""
+    settings = {P.EPOCH: strategy._state.epoch, P.ROUND: server_round, P.SPLIT: "test"}
+    settings.update(config)
+    settings.update(scale_setting(strategy))
+    if strategy.best is not None:
+        settings[P.SPLITS] = ",".join(splits)
+    pending = strategy._state.pending
+    return [
+        step_message(n, P.MSG_EMBED_TEST, settings, ids, pending, strategy.wire_dtype)
+        for n in strategy.nodes
+    ]
+
+
+class EvaluationAccumulator:
+    """The test probabilities and validation losses of one evaluation, by chunks.
+
+    Embeddings of a split are fed in order (:meth:`add`); the top model runs on
+    blocks of exactly :data:`PREDICT_CHUNK_ROWS` rows of the split (the last
+    one shorter), the blocks ``LabelParty.predict`` and
+    :func:`~tpsl_flwr.strategies.selection.validation_class_losses` use on a
+    whole split, so the results do not depend on how the rows were chunked.
+    At most ``PREDICT_CHUNK_ROWS`` + one chunk of embeddings is held.
+    """
+
+    def __init__(self, strategy: TPSLStrategy) -> None:
+        self.strategy = strategy
+        self._waiting: dict[str, list[torch.Tensor]] = {"train": [], "test": []}
+        self._outputs: dict[str, list[np.ndarray]] = {"train": [], "test": []}
+
+    def add(self, split: str, embeddings: torch.Tensor) -> None:
+        """Take the next embeddings of ``split`` (``train``: validation ids)."""
+        waiting = self._waiting[split]
+        waiting.append(embeddings)
+        rows = sum(len(e) for e in waiting)
+        if rows < PREDICT_CHUNK_ROWS:
+            return
+        whole = torch.cat(waiting) if len(waiting) > 1 else waiting[0]
+        full = rows - rows % PREDICT_CHUNK_ROWS
+        for start in range(0, full, PREDICT_CHUNK_ROWS):
+            self._run(split, whole[start : start + PREDICT_CHUNK_ROWS])
+        waiting.clear()
+        if full < rows:
+            waiting.append(whole[full:].clone())
+
+    def _run(self, split: str, block: torch.Tensor) -> None:
+        party = self.strategy.party
+        if split == "test":
+            self._outputs[split].append(party.predict(block))
+        else:
+            self._outputs[split].append(validation_class_losses(party, block))
+
+    def _finish(self, split: str) -> np.ndarray | None:
+        if self._waiting[split]:
+            waiting = self._waiting[split]
+            self._run(split, torch.cat(waiting) if len(waiting) > 1 else waiting[0])
+            waiting.clear()
+        outputs = self._outputs[split]
+        if not outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else np.concatenate(outputs)
+
+    def result(self) -> MetricRecord | None:
+        """Test metrics and ``validation_loss`` (its per-id losses kept pending)."""
+        strategy = self.strategy
+        metrics: dict[str, Any] = {}
+        probs = self._finish("test")
+        if strategy.test_labels is not None and probs is not None:
+            metrics.update(classification_metrics(strategy.test_labels, probs))
+        class_losses = self._finish("train")
+        if class_losses is not None:
+            validation = strategy.validation
+            score = validation.score_class_losses(strategy.party, class_losses)
+            metrics["validation_loss"] = score
+        return MetricRecord(metrics) if metrics else None
+
+
+def absorb_replies(
+    accumulator: EvaluationAccumulator,
+    replies: Iterable[Message],
+    ids: list[np.ndarray],
+    splits: list[str],
+) -> None:
+    """Check one query's replies and feed their embeddings to ``accumulator``.
+
+    The query carried the pending gradients, if any: they are dispatched.
+    """
+    strategy = accumulator.strategy
+    nodes = strategy.nodes
+    by_node = check_replies(nodes, replies, [n.node_id for n in nodes])
+    strategy._state.pending = []
+    for split, emb in zip(splits, gather_embeddings(nodes, by_node, ids), strict=True):
+        accumulator.add(split, emb)
+
+
+def evaluate(
+    strategy: TPSLStrategy,
+    grid: Grid,
+    server_round: int,
+    last_settings: dict[str, Any],
+    timeout: float,
+) -> MetricRecord | None:
+    """The epoch's evaluation query, in chunks of ``<= EVAL_CHUNK_ROWS`` ids.
+
+    ``last_settings`` (the checkpoint epoch) go with the last message only.
+    """
+    ids, splits = strategy.validation.query(strategy._num_test)
+    chunks = query_chunks(ids, splits, EVAL_CHUNK_ROWS)
+    accumulator = EvaluationAccumulator(strategy)
+    for i, (batches, names) in enumerate(chunks):
+        config = last_settings if i == len(chunks) - 1 else {}
+        messages = query_messages(strategy, server_round, config, batches, names)
+        replies = exchange(grid, messages, timeout, strategy.poll_interval)
+        absorb_replies(accumulator, replies, batches, names)
+    return accumulator.result()
