@@ -182,6 +182,27 @@ def test_public_summary_keeps_what_may_be_shared():
     assert "results.json" in summary["label_party_only"]
 
 
+def test_public_summary_keeps_only_the_last_part_of_machine_paths():
+    results = {
+        "config": {
+            "dataset": "criteo",
+            "data-path": "/home/alice/criteo/day_0.gz",
+            "out-dir": "/home/alice/runs/a",
+            "label-dir": "/home/alice/runs/a/label-party",
+            "transcript-dir": "",
+        }
+    }
+    config = public_summary(results)["config"]
+    assert config == {
+        "dataset": "criteo",
+        "data-path": "day_0.gz",
+        "out-dir": "a",
+        "label-dir": "label-party",
+        "transcript-dir": "",
+    }
+    assert "alice" not in json.dumps(public_summary(results))
+
+
 def test_a_new_field_stays_private_until_allowed():
     # Prepare: fields no allow-list names, at the top and inside allowed blocks.
     results = {

@@ -259,6 +259,11 @@ def test_cache_hit_is_identical(tmp_path: Path) -> None:
     # Assert
     assert not cold.info["cache_hit"] and warm.info["cache_hit"]
     assert Path(warm.info["cache_path"]).parent == cache
+    # the entry (labels.npy, meta.json's positive count) is its owner's alone
+    entry = Path(warm.info["cache_path"])
+    assert (entry / "labels.npy").exists()
+    assert entry.stat().st_mode & 0o777 == 0o700
+    assert {f.stat().st_mode & 0o777 for f in entry.iterdir()} == {0o600}
     for a, b in ((cold.train, warm.train), (cold.test, warm.test)):
         np.testing.assert_array_equal(a.numeric, b.numeric)
         np.testing.assert_array_equal(a.categorical, b.categorical)

@@ -427,6 +427,8 @@ def test_flwr_run_simulation_runs_tpsl_app(tmp_path: Path) -> None:
     _assert_tpsl_results(out_dir, config, "ray")
     assert find_launched_processes(run.launch_id) == []
     assert (tmp_path / "flwr-home" / "local-superlink" / "superlink.log").exists()
+    # the run's log holds the label party's test metrics: its own (0600)
+    assert run.log_path.stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.slow

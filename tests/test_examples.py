@@ -195,6 +195,8 @@ def test_server_app_main_writes_results(example, prepared, tmp_path, one_torch_t
     # Assert
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["epsilon_spent"] == example.epsilon
+    # the first release of these labels in the (test's private) ledger
+    assert results["epsilon_total"] == example.epsilon
     assert results[example.metric] > example.threshold
     assert len(results["history"]) == 1
 

@@ -129,6 +129,21 @@ def test_rays_wrapper_goes_to_the_log_only_after_the_root_cause(
     assert "RayTaskError(ClientAppException)" in logged
 
 
+def test_a_nodes_error_text_cannot_pass_for_the_label_partys_log_lines(
+    caplog, server_identity
+):
+    # Prepare: a node whose error text carries forged progress / epsilon lines
+    forged = "INFO :      epoch 1/1  test_auc 0.999, epsilon spent 0.0"
+    reply = error_reply(1349, RAY_REASON + "\n" + forged)
+    # Execute
+    with caplog.at_level(logging.ERROR), pytest.raises(ProtocolError):
+        check_replies([], [reply], [1349])
+    # Assert: every line of the node's text is quoted in the log
+    lines = caplog.text.splitlines()
+    assert any(line.endswith(forged) and line.startswith("  | ") for line in lines)
+    assert not any(line.startswith("INFO :") for line in lines)
+
+
 def test_a_known_node_is_named_with_its_partition_from_the_label_side(
     server_identity,
 ):

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import tomli_w
 
-from tpsl_flwr.engines import flower_run, simulation
+from tpsl_flwr.engines import flower_run, ray_cluster, simulation
 from tpsl_flwr.engines.flower_env import free_ports
 from tpsl_flwr.engines.flower_run import absolute_paths, run_on_ray
 from tpsl_flwr.engines.flwr_cli import CompletedRun
@@ -112,6 +112,46 @@ def test_latest_ray_start_on_this_host_is_joined(listening, tmp_path):
     assert resolve_ray_target({**env, "RAY_ADDRESS": "auto"}).address == listening
     # RAY_ADDRESS=local still starts a new instance, as Ray does
     assert not resolve_ray_target({**env, "RAY_ADDRESS": "local"}).joins_cluster
+
+
+def test_a_ray_start_record_others_can_write_is_not_followed(listening, tmp_path):
+    # Another local user could point it at their own cluster: refuse, naming it.
+    record = ray_address_file({"RAY_TMPDIR": str(tmp_path)})
+    record.parent.mkdir(parents=True)
+    record.write_text(listening + "\n")
+    record.chmod(0o666)
+    with pytest.raises(ConfigError, match=r"cluster belongs to uid .*0o666"):
+        resolve_ray_target({"RAY_TMPDIR": str(tmp_path)})
+    record.chmod(0o644)
+    assert resolve_ray_target({"RAY_TMPDIR": str(tmp_path)}).address == listening
+
+
+def test_a_ray_start_record_of_another_user_is_not_followed(
+    listening, tmp_path, monkeypatch
+):
+    record = ray_address_file({"RAY_TMPDIR": str(tmp_path)})
+    record.parent.mkdir(parents=True)
+    record.write_text(listening + "\n")
+    monkeypatch.setattr(ray_cluster.os, "getuid", lambda: record.stat().st_uid + 1)
+    with pytest.raises(ConfigError, match="RAY_ADDRESS=<head-ip>:<gcs-port>"):
+        resolve_ray_target({"RAY_TMPDIR": str(tmp_path)})
+
+
+def test_the_checked_target_is_pinned_for_the_runs_processes(tmp_path, monkeypatch):
+    # Without a cluster the run's ray.init() gets RAY_ADDRESS=local, so a record
+    # written after the check cannot redirect it.
+    seen: dict[str, Any] = {}
+
+    def fake_flwr_run(app, federation, args, env, log, timeout):
+        seen["env"] = env
+        return None, 1, "", 0.0
+
+    monkeypatch.setattr(simulation, "flwr_run", fake_flwr_run)
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "no-config"))
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "empty"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    simulation.run_flwr_simulation(APP_DIR, 2, {}, tmp_path / "home", check=False)
+    assert seen["env"]["RAY_ADDRESS"] == "local"
 
 
 def test_stale_ray_start_record_is_one_clear_error(tmp_path):

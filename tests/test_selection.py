@@ -137,6 +137,9 @@ def test_validation_is_refused_for_a_mechanism_that_leaves_labels_clean():
         unbiased_targets(party, np.arange(10))
     with pytest.raises(ConfigError, match="validation-fraction"):
         ExperimentConfig(mechanism="gaussian", validation_fraction=0.1)
+    # an embedder's strategy is refused when built, before any gradient leaves
+    with pytest.raises(ConfigError, match="leaves the labels clean"):
+        TPSLStrategy(party_for(Y[:ROWS], gaussian), validation_fraction=0.1)
 
 
 def paired(mean, sd, n, seed):
@@ -318,14 +321,14 @@ def test_the_best_epoch_is_restored_at_the_label_party_and_at_every_node():
         on_epoch_end=snapshot,
         validation_fraction=0.25,
     )
-    score = strategy.validation.score
+    score = strategy.validation.score_class_losses
 
-    def recording_score(label_party, embeddings):
-        value = score(label_party, embeddings)
+    def recording_score(label_party, class_losses):
+        value = score(label_party, class_losses)
         per_id.append(strategy.validation.best.pending)
         return value
 
-    strategy.validation.score = recording_score  # type: ignore[method-assign]
+    strategy.validation.score_class_losses = recording_score  # type: ignore[method-assign]
     report = run_strategy(strategy, make_client_app(nodes), num_nodes=2, seed=0)
     losses = [h["validation_loss"] for h in report.history]
     # The paired one-standard-error rule, replayed on the recorded losses.

@@ -277,6 +277,7 @@ def run_on_ray(
         superlink_log = flwr_home / "local-superlink" / "superlink.log"
         if not ok and superlink_log.exists():
             shutil.copyfile(superlink_log, out_dir / "superlink.log")
+            (out_dir / "superlink.log").chmod(0o600)  # the label party's alone
         shutil.rmtree(flwr_home, ignore_errors=True)
     results = json.loads(results_path.read_text())
     results["flower_wall_seconds"] = run.wall_s

@@ -10,6 +10,7 @@ SuperLink records is what tells. :class:`CompletedRun` holds the outcome.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -151,7 +152,9 @@ def flwr_run(
     # A new file (new inode), never the last run's truncated: a follower of
     # the old file can never show its lines as this run's.
     log_path.unlink(missing_ok=True)
-    with log_path.open("x", encoding="utf-8") as log_file:
+    # 0600: the log holds the label party's per-epoch test metrics.
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "w", encoding="utf-8") as log_file:
         proc = subprocess.Popen(
             cmd, env=dict(env), stdout=log_file, stderr=subprocess.STDOUT
         )

@@ -133,6 +133,33 @@ def _check_reachable(address: str, origin: str, timeout: float) -> None:
         ) from None
 
 
+def check_record_owner(record: Path) -> None:
+    """Refuse a ``ray start`` record another user could have written.
+
+    The record lives in a shared temporary folder; a cluster named there by
+    another local user would run the node actors (every message, every
+    party's columns) and hand results back to the label party's driver. So a
+    record is followed only when it belongs to this user and is not writable
+    by group or others; else ``RAY_ADDRESS`` must name the cluster
+    explicitly. (Ray makes its folder writable by everyone, so another user
+    can only replace the file, which changes its owner; the address checked
+    here is then pinned as ``RAY_ADDRESS`` for the run's processes.)
+
+    Raises
+    ------
+    ConfigError
+        Naming the file, its owner and its mode.
+    """
+    info = record.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise ConfigError(
+            f"the `ray start` record {record} belongs to uid {info.st_uid} with "
+            f"mode {oct(info.st_mode & 0o777)}: it is followed only when it is "
+            f"this user's (uid {os.getuid()}) and not writable by others; set "
+            f"{RAY_ADDRESS_ENV}=<head-ip>:<gcs-port> (or local) explicitly"
+        )
+
+
 def resolve_ray_target(
     env: Mapping[str, str] | None = None, *, timeout: float = _PROBE_TIMEOUT_S
 ) -> RayTarget:
@@ -184,6 +211,7 @@ def resolve_ray_target(
     record = ray_address_file(env)
     recorded = record.read_text().strip() if record.is_file() else ""
     if recorded:
+        check_record_owner(record)
         _check_reachable(
             recorded,
             f"the latest `ray start` on this host (recorded in {record})",

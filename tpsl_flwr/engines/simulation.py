@@ -139,6 +139,9 @@ def run_flwr_simulation(
     env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(http_port)
     env["FLWR_LOCAL_CONTROL_API_PORT"] = str(control_port)
     target = resolve_ray_target(env) if ray_target is None else ray_target
+    # Pin what was checked: a record written after the check must not redirect
+    # the run's ray.init() (``local``: a new instance, never a recorded one).
+    env["RAY_ADDRESS"] = target.address or "local"
     fed = {
         "num-supernodes": num_supernodes,
         **client_resources(target),

@@ -40,6 +40,7 @@ from typing import Any, TypeAlias
 from tpsl_flwr.private_files import DIR_MODE, FILE_MODE, check_private
 
 __all__ = [
+    "CONFIG_PATH_KEYS",
     "LABEL_PARTY_ONLY_FILES",
     "PUBLIC_FIELDS",
     "PUBLIC_MODE",
@@ -59,6 +60,8 @@ Fields: TypeAlias = Mapping[str, "Fields | None"]
 """An allow-list: each allowed key, with ``None`` (the value as it is) or the
 allow-list of its own keys (applied to a dict, or to each dict of a list)."""
 
+CONFIG_PATH_KEYS = ("out-dir", "label-dir", "data-path", "transcript-dir")
+"""Run-config keys holding machine paths: the summary keeps their last part."""
 PUBLIC_SUMMARY = "summary-public.json"
 """The shareable summary of a run, next to its (private) ``results.json``."""
 PUBLIC_MODE = 0o644
@@ -267,6 +270,12 @@ def public_summary(results: Mapping[str, Any]) -> dict[str, Any]:
     }
     if summary["rehearsal"]:
         summary["rehearsal_note"] = REHEARSAL_NOTE
+    config = summary.get("config")
+    if isinstance(config, Mapping):  # machine paths: only their last part
+        summary["config"] = {
+            k: Path(str(v)).name if k in CONFIG_PATH_KEYS and v else v
+            for k, v in config.items()
+        }
     return summary
 
 

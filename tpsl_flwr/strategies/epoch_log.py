@@ -51,11 +51,16 @@ class TPSLResult(Result):
         done (:data:`NOTHING_TO_DO` says so in the log and in ``note``).
     note
         A plain-language remark on the run, or ``None``.
+    epsilon_total
+        Epsilon composed over every release of these labels in the privacy
+        ledger, this one included, as of this release (``None`` when the
+        strategy was given no release from ``LabelStore.open_release``).
     """
 
     privacy: PrivacySpent | None = None
     epochs_trained: int = 0
     note: str | None = None
+    epsilon_total: float | None = None
 
     @property
     def epsilon_spent(self) -> float | None:
@@ -68,13 +73,21 @@ class TPSLResult(Result):
         return () if self.privacy is None else tuple(self.privacy.notes)
 
 
-def begin_result(privacy: PrivacySpent, epochs: int, start_epoch: int) -> TPSLResult:
+def begin_result(
+    privacy: PrivacySpent,
+    epochs: int,
+    start_epoch: int,
+    ledger: LedgerView | None = None,
+) -> TPSLResult:
     """The result of a run about to train epochs ``start_epoch..epochs-1``.
 
     A resumed run (``start_epoch > 0``) with no epoch left says so: in the
     log (a warning) and in the result's ``note``; ``epochs_trained`` is 0.
+    With ``ledger``, ``epsilon_total`` is its total.
     """
     result = TPSLResult(privacy=privacy, epochs_trained=max(0, epochs - start_epoch))
+    if ledger is not None:
+        result.epsilon_total = ledger.total.epsilon
     if start_epoch > 0 and result.epochs_trained == 0:
         result.note = NOTHING_TO_DO.format(epochs=epochs)
         log(WARNING, "%s", result.note)
@@ -184,9 +197,10 @@ def log_settings(
     if ledger is not None:
         log(
             INFO,
-            "\t├── Epsilon total over these labels' releases: %s (%s releases)",
+            "\t├── Epsilon total over these labels' releases: %s (%s release%s)",
             ledger.total.epsilon,
             ledger.total.releases,
+            "" if ledger.total.releases == 1 else "s",
         )
     elif mech.protects:
         log(

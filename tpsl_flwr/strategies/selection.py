@@ -47,6 +47,7 @@ from tpsl_flwr.data.membership import hash_uniform
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.parties.label_party import PREDICT_CHUNK_ROWS
+from tpsl_flwr.privacy.mechanisms import Mechanism
 from tpsl_flwr.privacy.noisy_labels import STREAM_TRANSCRIPT, draw_noisy_labels
 from tpsl_flwr.privacy.perturb import per_class_losses
 from tpsl_flwr.privacy.posterior import unbiased_coefficients
@@ -97,6 +98,27 @@ def validation_ids(num_train: int, fraction: float, seed: int) -> np.ndarray:
     return positions[held_out]
 
 
+def check_validation_mechanism(mechanism: Mechanism) -> None:
+    """Refuse validation for a mechanism that leaves the labels clean.
+
+    Scoring the held-out ids needs an eps-DP release of their labels; the
+    Gaussian baseline perturbs gradients only, so a score (and the best-epoch
+    messages the nodes see) would reveal clean labels outside the accounting.
+    Called before the first step, so the refusal comes before any gradient.
+
+    Raises
+    ------
+    ConfigError
+        Naming the mechanism and the fix.
+    """
+    if mechanism.additive:
+        raise ConfigError(
+            f"validation scores noisy labels, but mechanism {mechanism.name!r} "
+            "adds its noise to the gradients and leaves the labels clean; use "
+            "validation-fraction = 0 with it"
+        )
+
+
 def unbiased_targets(party: LabelParty, ids: np.ndarray) -> np.ndarray:
     """Each validation label's noisy coefficients, debiased: ``E = one_hot(y)``.
 
@@ -113,12 +135,7 @@ def unbiased_targets(party: LabelParty, ids: np.ndarray) -> np.ndarray:
         labels outside the accounting.
     """
     mechanism = party.mechanism
-    if mechanism.additive:
-        raise ConfigError(
-            f"validation scores noisy labels, but mechanism {mechanism.name!r} "
-            "adds its noise to the gradients and leaves the labels clean; use "
-            "validation-fraction = 0 with it"
-        )
+    check_validation_mechanism(mechanism)
     noisy = draw_noisy_labels(
         mechanism, party.labels[ids], ids, party.key, STREAM_TRANSCRIPT
     )
@@ -370,9 +387,18 @@ class Validation:
 
         Its per-id losses wait in ``best.pending`` for the epoch's decision.
         """
+        return self.score_class_losses(
+            party, validation_class_losses(party, embeddings)
+        )
+
+    def score_class_losses(self, party: LabelParty, class_losses: np.ndarray) -> float:
+        """:meth:`score` from the per-class losses ``(n_val, k)`` of the ids.
+
+        The evaluation query computes them chunk by chunk
+        (:mod:`~tpsl_flwr.strategies.evaluation_query`).
+        """
         if self._targets is None:
             self._targets = unbiased_targets(party, self.ids)
-        class_losses = validation_class_losses(party, embeddings)
         losses = (class_losses * self._targets).sum(axis=1)
         self.best.pending, self.best.pending_classes = losses, class_losses
         return float(losses.mean())

@@ -33,7 +33,6 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
-from tpsl_flwr.evaluation import classification_metrics
 from tpsl_flwr.label_store import LabelStore, Release
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.parties.optim import lr_scale
@@ -55,9 +54,14 @@ from tpsl_flwr.strategies.epoch_loop import (
     send_to_all,
     train_epoch,
 )
+from tpsl_flwr.strategies.evaluation_query import (
+    EvaluationAccumulator,
+    absorb_replies,
+    query_messages,
+)
 from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange
 from tpsl_flwr.strategies.node_count import refuse_extra_nodes, wait_for_nodes
-from tpsl_flwr.strategies.selection import Validation
+from tpsl_flwr.strategies.selection import Validation, check_validation_mechanism
 from tpsl_flwr.validation import check_int, check_positive_finite
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.label_side import (
@@ -194,6 +198,7 @@ class TPSLStrategy(Strategy):
         self.validation = Validation(self.num_train, validation_fraction, order_seed)
         self.best = self.validation.best if self.validation.active else None
         if self.validation.active:
+            check_validation_mechanism(label_party.mechanism)  # before any step
             label_party.hold_out(self.validation.ids)
         self._release = release
         if release is not None:
@@ -311,34 +316,22 @@ class TPSLStrategy(Strategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Query test embeddings; the message also flushes pending gradients."""
-        settings = {P.EPOCH: self._state.epoch, P.ROUND: server_round, P.SPLIT: "test"}
-        settings.update(dict(config))
-        settings.update(scale_setting(self))
+        """Query every evaluation id in one message (``start`` sends chunks).
+
+        The message also flushes the pending gradients
+        (:mod:`~tpsl_flwr.strategies.evaluation_query`).
+        """
         ids, splits = self.validation.query(self._num_test)
-        if self.best is not None:
-            settings[P.SPLITS] = ",".join(splits)
-        pending = self._state.pending
-        messages = (P.MSG_EMBED_TEST, settings, ids, pending)
-        return [step_message(n, *messages, self.wire_dtype) for n in self.nodes]
+        return query_messages(self, server_round, dict(config), ids, splits)
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         """Test metrics computed at the label party from the test embeddings."""
-        by_node = check_replies(self.nodes, replies, [n.node_id for n in self.nodes])
-        self._state.pending = []
+        accumulator = EvaluationAccumulator(self)
         ids, splits = self.validation.query(self._num_test)
-        gathered = gather_embeddings(self.nodes, by_node, ids)
-        embeddings = dict(zip(splits, gathered, strict=True))
-        metrics: dict[str, Any] = {}
-        if self.test_labels is not None and "test" in embeddings:
-            probs = self.party.predict(embeddings["test"])
-            metrics.update(classification_metrics(self.test_labels, probs))
-        if "train" in embeddings:
-            score = self.validation.score(self.party, embeddings["train"])
-            metrics["validation_loss"] = score
-        return MetricRecord(metrics) if metrics else None
+        absorb_replies(accumulator, replies, ids, splits)
+        return accumulator.result()
 
     @property
     def _num_test(self) -> int:
@@ -393,7 +386,8 @@ class TPSLStrategy(Strategy):
             len(self.nodes),
             sum(n.width for n in self.nodes),
         )
-        result = begin_result(self.privacy, self.epochs, self.start_epoch)
+        ledger = None if self._release is None else self._release.ledger
+        result = begin_result(self.privacy, self.epochs, self.start_epoch, ledger)
         for past in self.history:
             record_epoch(result, past)
         for epoch in range(self.start_epoch, self.epochs):

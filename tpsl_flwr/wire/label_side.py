@@ -63,7 +63,10 @@ def node_error(nodes: Sequence[Node], reply: Message) -> ProtocolError:
     found = read_node_error(reply.error.reason or "")
     name = node_label(nodes, reply.metadata.src_node_id, found.partition)
     if found.detail is not None:
-        log(ERROR, "%s replied with an error; its full text:\n%s", name, found.detail)
+        # Every line of the node's text is quoted, so none of it can pass for
+        # a line of the label party's own log (a progress or epsilon line).
+        quoted = "\n".join(f"  | {line}" for line in found.detail.splitlines())
+        log(ERROR, "%s replied with an error; its full text:\n%s", name, quoted)
     return ProtocolError(f"{name} replied with an error: {found.cause}")
 
 

@@ -37,9 +37,10 @@ def train(grid: Grid, run_config: dict[str, Any], cfg: AppConfig) -> dict[str, A
     results = results_of(result, strategy, cfg)
     log(
         INFO,
-        "test accuracy %.4f, epsilon spent %s (%s)",
+        "test accuracy %.4f, epsilon spent %s (total %s), %s",
         results["test_accuracy"],
         result.epsilon_spent,
+        result.epsilon_total,
         cfg.mechanism,
     )
     return results

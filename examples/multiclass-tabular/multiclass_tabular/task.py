@@ -260,6 +260,7 @@ def results_of(result: Any, strategy: TPSLStrategy, cfg: AppConfig) -> dict[str,
     return {
         "test_accuracy": last.get("test_accuracy"),
         "epsilon_spent": result.epsilon_spent,
+        "epsilon_total": result.epsilon_total,
         "mechanism": cfg.mechanism,
         "epsilon": cfg.epsilon,
         "epochs": cfg.epochs,

@@ -245,14 +245,16 @@ def train(grid: Grid, run_config: Mapping[str, Any]) -> dict[str, Any]:
     last = strategy.history[-1] if strategy.history else {}
     log(
         INFO,
-        "test accuracy %.4f, epsilon spent %s (%s)",
+        "test accuracy %.4f, epsilon spent %s (total %s), %s",
         last.get("test_accuracy", float("nan")),
         result.epsilon_spent,
+        result.epsilon_total,
         cfg.mechanism,
     )
     return {
         "test_accuracy": last.get("test_accuracy"),
         "epsilon_spent": result.epsilon_spent,
+        "epsilon_total": result.epsilon_total,
         "mechanism": cfg.mechanism,
         "epsilon": cfg.epsilon,
         "epochs": cfg.epochs,

@@ -142,8 +142,14 @@ class CacheEntry:
         return NpyAppender(self.tmp / f"{name}.npy", dtype, width)
 
     def commit(self, meta: Mapping[str, Any]) -> Path:
-        """Write ``meta.json`` and move the folder into place; return its path."""
+        """Write ``meta.json`` and move the folder into place; return its path.
+
+        The folder is ``0700`` (``mkdtemp``) and every file ``0600``: a label
+        party's entry holds its labels and positive count, its own alone.
+        """
         (self.tmp / "meta.json").write_text(json.dumps(dict(meta), sort_keys=True))
+        for item in self.tmp.iterdir():
+            item.chmod(0o600)
         try:
             os.rename(self.tmp, self.final)
         except OSError:
