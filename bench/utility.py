@@ -107,6 +107,11 @@ from tpsl_flwr.privacy import closed_forms
 
 REPO = Path(__file__).resolve().parents[1]
 CRITEO_ROWS = 5000
+CRITEO_DIR = Path(
+    os.environ.get("TPSL_FLWR_BENCH_DATA", Path.home() / ".cache" / "tpsl-flwr-bench")
+)
+"""Where the generated Criteo file is kept between bench runs (same path, same
+noise draw for a seeded key)."""
 HOLDOUT = 0.2
 C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
 DIGITS_EPOCHS = 5
@@ -641,9 +646,12 @@ def main() -> None:
     if any(c.dataset == "criteo" for c in cases):
         from tpsl_flwr.testing import write_criteo
 
-        args.criteo_path = root / "criteo" / "train.txt"
-        args.criteo_path.parent.mkdir()
-        write_criteo(args.criteo_path, CRITEO_ROWS, seed=0)
+        # A fixed path: the run's key is bound to the data path, so a file in a
+        # fresh temporary folder would draw other noise on every bench run.
+        args.criteo_path = CRITEO_DIR / f"criteo-{CRITEO_ROWS}" / "train.txt"
+        if not args.criteo_path.exists():
+            args.criteo_path.parent.mkdir(parents=True, exist_ok=True)
+            write_criteo(args.criteo_path, CRITEO_ROWS, seed=0)
 
     load_before = os.getloadavg()
     started = time.perf_counter()
