@@ -36,7 +36,11 @@ from tpsl_flwr.engines.processes import FlowerLaunchError
 from tpsl_flwr.engines.ray_cluster import resolve_ray_target
 from tpsl_flwr.engines.simulation import run_flwr_simulation
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.experiments.audience import PUBLIC_SUMMARY, write_public
+from tpsl_flwr.experiments.audience import (
+    CONFIG_PATH_KEYS,
+    PUBLIC_SUMMARY,
+    write_public,
+)
 from tpsl_flwr.experiments.experiment import RESULTS_FILE
 from tpsl_flwr.experiments.run_folder import (
     FAILED_FILE,
@@ -47,8 +51,6 @@ from tpsl_flwr.experiments.run_folder import (
 )
 
 RUN_LOG = "flwr-run.log"
-PATH_KEYS = ("out-dir", "label-dir", "data-path", "transcript-dir")
-"""Run-config keys that hold paths (empty: unset)."""
 
 
 def absolute_paths(
@@ -58,9 +60,10 @@ def absolute_paths(
 
     A relative path means the caller's working folder, where the command
     line checked it; the ServerApp and the node actors of ``flwr run`` run
-    in other processes (and on a Ray cluster, other hosts), so each set
-    :data:`PATH_KEYS` entry of the merged ``config`` is passed on resolved
-    (``~`` expanded). Empty values stay unset.
+    in other processes (and on a Ray cluster, other hosts), so each set path
+    entry of the merged ``config``
+    (:data:`~tpsl_flwr.experiments.audience.CONFIG_PATH_KEYS`) is passed on
+    resolved (``~`` expanded). Empty values stay unset.
 
     Examples
     --------
@@ -70,7 +73,7 @@ def absolute_paths(
     (True, False)
     """
     resolved = dict(overrides)
-    for key in PATH_KEYS:
+    for key in CONFIG_PATH_KEYS:
         if config.get(key):
             resolved[key] = str(Path(str(config[key])).expanduser().resolve())
     return resolved
@@ -190,11 +193,12 @@ def run_on_ray(
     ----------
     run_config
         Overrides of the app's ``[tool.flwr.app.config]`` (kebab-case keys).
-        Paths (:data:`PATH_KEYS`) are made absolute against this process's
-        working folder (:func:`absolute_paths`), since the ServerApp and
-        ClientApps run in other processes, folders and possibly hosts: on a
-        Ray cluster ``data-path`` must exist at that absolute path on every
-        host with a raylet.
+        Paths (:data:`~tpsl_flwr.experiments.audience.CONFIG_PATH_KEYS`) are
+        made absolute against this process's working folder
+        (:func:`absolute_paths`), since the ServerApp and ClientApps run in
+        other processes, folders and possibly hosts: on a Ray cluster
+        ``data-path`` must exist at that absolute path on every host with a
+        raylet.
     app_dir
         The app folder; this project's source tree by default.
     timeout

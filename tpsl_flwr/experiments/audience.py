@@ -61,7 +61,8 @@ Fields: TypeAlias = Mapping[str, "Fields | None"]
 allow-list of its own keys (applied to a dict, or to each dict of a list)."""
 
 CONFIG_PATH_KEYS = ("out-dir", "label-dir", "data-path", "transcript-dir")
-"""Run-config keys holding machine paths: the summary keeps their last part."""
+"""Run-config keys holding paths: the summary keeps their last part, and
+``flower-run`` passes them on absolute (empty: unset)."""
 PUBLIC_SUMMARY = "summary-public.json"
 """The shareable summary of a run, next to its (private) ``results.json``."""
 PUBLIC_MODE = 0o644
