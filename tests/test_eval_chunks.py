@@ -12,7 +12,7 @@ from tpsl_flwr.experiments.experiment import build_strategy
 from tpsl_flwr.experiments.run import run_inprocess_experiment
 from tpsl_flwr.parties import label_party, non_label_party
 from tpsl_flwr.simulations.client_app import app
-from tpsl_flwr.strategies import evaluation_query, selection
+from tpsl_flwr.strategies import evaluation_query
 from tpsl_flwr.strategies.evaluation_query import query_chunks
 from tpsl_flwr.strategies.exchange import exchange
 from tpsl_flwr.wire import protocol as P
@@ -130,7 +130,7 @@ def test_unaligned_chunks_move_the_metrics_by_rounding_only(tmp_path, monkeypatc
 def test_the_top_model_blocks_do_not_depend_on_the_chunks(tmp_path, monkeypatch):
     # Prepare: blocks of 5 rows, so chunks of 7 cut across them.
     monkeypatch.setattr(non_label_party, "EMBED_CHUNK_ROWS", 7)
-    for module in (evaluation_query, selection, label_party):
+    for module in (evaluation_query, label_party):
         monkeypatch.setattr(module, "PREDICT_CHUNK_ROWS", 5)
     whole, _ = run(tmp_path, "whole", epochs=2)
     monkeypatch.setattr(evaluation_query, "EVAL_CHUNK_ROWS", 7)

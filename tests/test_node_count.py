@@ -103,12 +103,15 @@ def test_on_the_deployment_runtime_too_few_nodes_wait_the_whole_node_wait(
 
 
 def test_a_node_registering_late_resets_the_settle_time(clock):
-    # Prepare: 1 node, then the second one after a few looks
-    grid = ListedGrid(1, 1, 1, 1, 2)
+    # Prepare: 1 node for 2.8 s, then 2 for 2.8 s, then 3: each count is
+    # stable for less than SETTLE_S, but 1 and 2 together for longer, so
+    # without the reset the wait would give up with 2 nodes
+    looks = round((SETTLE_S - 0.2) / node_count.POLL_S)
+    grid = ListedGrid(*[1] * looks, *[2] * looks, 3)
     # Execute
-    ids = wait_for_nodes(grid, 2, wait=60.0)  # type: ignore[arg-type]
+    ids = wait_for_nodes(grid, 3, wait=60.0)  # type: ignore[arg-type]
     # Assert
-    assert ids == [100, 101]
+    assert ids == [100, 101, 102]
 
 
 def test_an_extra_node_on_ray_is_refused_before_any_message_naming_it(clock):

@@ -407,6 +407,7 @@ class LocalRayCluster:
             "--num-cpus=1",
             f"--resources={json.dumps(resources)}",
             f"--temp-dir={self.temp_dir}",
+            "--node-ip-address=127.0.0.1",  # the test's cluster stays on loopback
             f"--node-manager-port={ports[0]}",
             f"--object-manager-port={ports[1]}",
             f"--metrics-export-port={ports[2]}",

@@ -19,6 +19,7 @@ and possibly hosts.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -51,6 +52,7 @@ from tpsl_flwr.experiments.run_folder import (
 )
 
 RUN_LOG = "flwr-run.log"
+_NEW_PRIVATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 
 
 def absolute_paths(
@@ -280,8 +282,10 @@ def run_on_ray(
             follower.join(timeout=5)
         superlink_log = flwr_home / "local-superlink" / "superlink.log"
         if not ok and superlink_log.exists():
-            shutil.copyfile(superlink_log, out_dir / "superlink.log")
-            (out_dir / "superlink.log").chmod(0o600)  # the label party's alone
+            # 0600 from its creation: the label party's alone
+            kept = os.open(out_dir / "superlink.log", _NEW_PRIVATE, 0o600)
+            with open(kept, "wb") as dst, superlink_log.open("rb") as src:
+                shutil.copyfileobj(src, dst)
         shutil.rmtree(flwr_home, ignore_errors=True)
     results = json.loads(results_path.read_text())
     results["flower_wall_seconds"] = run.wall_s

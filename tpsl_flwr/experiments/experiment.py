@@ -24,6 +24,7 @@ from tpsl_flwr.experiments.audience import (
     write_public,
 )
 from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.run_folder import RESULTS_FILE
 from tpsl_flwr.experiments.run_report import write_report
 from tpsl_flwr.experiments.training_settings import training_of
 from tpsl_flwr.experiments.wide_settings import resolve_wide
@@ -37,7 +38,6 @@ from tpsl_flwr.privacy.mechanisms import parameter_of
 from tpsl_flwr.private_files import write_private
 from tpsl_flwr.strategies import TPSLStrategy
 
-RESULTS_FILE = "results.json"
 EVALUATION_LABELS = "evaluation-train-labels.npy"
 ID_SPACE_KEYS = ("dataset", "data-path", "rows", "seed", "test-fraction", "split")
 """Run-config keys that fix which record each sample id names."""

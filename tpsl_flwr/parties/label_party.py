@@ -8,6 +8,7 @@ leaves it (Yang et al., Algorithm 3 and Section 4.2).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -355,6 +356,18 @@ class LabelParty:
         self.steps += 1
         return grad.to(torch.float32)
 
+    def top_in_blocks(self, embeddings: Tensor | np.ndarray) -> Iterator[Tensor]:
+        """The top model's logits, :data:`PREDICT_CHUNK_ROWS` rows at a time.
+
+        No gradient is kept, so the activations held never grow with the rows
+        (one block at least, for an empty input).
+        """
+        x = torch.as_tensor(embeddings, dtype=torch.float32)
+        for start in range(0, max(1, x.shape[0]), PREDICT_CHUNK_ROWS):
+            with torch.no_grad():
+                logits = self.top(x[start : start + PREDICT_CHUNK_ROWS])
+            yield logits
+
     @torch.no_grad()
     def predict(self, embeddings: Tensor) -> np.ndarray:
         """Class probabilities ``(n, k)`` for embeddings (evaluation only).
@@ -362,10 +375,8 @@ class LabelParty:
         The top model runs on at most :data:`PREDICT_CHUNK_ROWS` rows at a
         time, so its activations do not grow with the test set.
         """
-        x = torch.as_tensor(embeddings, dtype=torch.float32)
         parts = []
-        for start in range(0, max(1, x.shape[0]), PREDICT_CHUNK_ROWS):
-            logits = self.top(x[start : start + PREDICT_CHUNK_ROWS])
+        for logits in self.top_in_blocks(embeddings):
             if logits.shape[1] == 1:
                 positive = torch.sigmoid(logits[:, 0])
                 parts.append(torch.stack([1 - positive, positive], dim=1).numpy())

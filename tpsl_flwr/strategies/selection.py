@@ -46,7 +46,6 @@ import torch
 from tpsl_flwr.data.membership import hash_uniform
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.parties import LabelParty
-from tpsl_flwr.parties.label_party import PREDICT_CHUNK_ROWS
 from tpsl_flwr.privacy.mechanisms import Mechanism
 from tpsl_flwr.privacy.noisy_labels import STREAM_TRANSCRIPT, draw_noisy_labels
 from tpsl_flwr.privacy.perturb import per_class_losses
@@ -148,19 +147,15 @@ def validation_class_losses(
 ) -> np.ndarray:
     """Each validation id's loss under each label, ``(n, k)`` float64.
 
-    The top model runs on at most :data:`PREDICT_CHUNK_ROWS` rows at a time, so
+    The top model runs in blocks (:meth:`LabelParty.top_in_blocks`), so
     its activations do not grow with the validation set (issue 22's bounded
     memory: one pass over 50k ids of the DLRM top held ~750 B per row).
     """
-    x = torch.as_tensor(embeddings, dtype=torch.float32)
-    with torch.no_grad():
-        parts = [
-            per_class_losses(party.top(x[start : start + PREDICT_CHUNK_ROWS]))
-            .double()
-            .numpy()
-            for start in range(0, max(len(x), 1), PREDICT_CHUNK_ROWS)
-        ]
-    return np.asarray(np.concatenate(parts, axis=0), dtype=np.float64)
+    parts = [
+        per_class_losses(logits).double().numpy()
+        for logits in party.top_in_blocks(embeddings)
+    ]
+    return np.concatenate(parts, axis=0)
 
 
 def noisy_validation_losses(

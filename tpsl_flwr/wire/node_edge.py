@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tpsl_flwr.errors import ConfigError, ProtocolError
+from tpsl_flwr.wire.protocol import NUM_PARTITIONS, PARTITION_ID
 
 __all__ = [
     "NodeError",
@@ -30,8 +31,6 @@ __all__ = [
     "read_node_error",
 ]
 
-PARTITION_ID = "partition-id"
-NUM_PARTITIONS = "num-partitions"
 NUM_PARTIES = "num-parties"
 """Run-config key of the number of non-label parties (this project's apps)."""
 NODE_CONFIG_HINT = (
