@@ -33,11 +33,12 @@ def column_stats(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard deviation (zeros as 1) of ``table[rows]``, per column.
 
-    One column and at most ``chunk_rows`` rows at a time, so memory stays
-    bounded whatever the rows. With ``len(rows) <= chunk_rows`` the numbers are
-    those of :func:`~tpsl_flwr.data.preprocess.standardize` bitwise (one
-    contiguous float64 column, ``mean`` then ``std``); beyond, the sums are
-    taken per chunk (two passes: the mean, then the squared deviations).
+    At most ``chunk_rows`` rows at a time, each chunk gathered once for every
+    column, so memory stays bounded whatever the rows. With ``len(rows) <=
+    chunk_rows`` the numbers are those of
+    :func:`~tpsl_flwr.data.preprocess.standardize` bitwise (one contiguous
+    float64 column, ``mean`` then ``std``); beyond, the sums are taken per
+    chunk (two passes: the mean, then the squared deviations).
 
     Parameters
     ----------
@@ -65,22 +66,27 @@ def column_stats(
     n = len(rows)
     if n == 0:
         return mean, std
-    for j in range(d):
-        if n <= chunk_rows:
-            col = np.ascontiguousarray(table[rows, j], dtype=np.float64)
-            mean[j], sd = col.mean(), col.std()
-        else:
-            chunks = [rows[a : a + chunk_rows] for a in range(0, n, chunk_rows)]
-            total = sum(
-                float(np.asarray(table[c, j], np.float64).sum()) for c in chunks
-            )
-            mean[j] = total / n
-            sq = sum(
-                float(((np.asarray(table[c, j], np.float64) - mean[j]) ** 2).sum())
-                for c in chunks
-            )
-            sd = np.sqrt(sq / n)
-        std[j] = sd if sd > 0 else 1.0
+    chunks = [rows[a : a + chunk_rows] for a in range(0, n, chunk_rows)]
+
+    def columns(c: np.ndarray) -> list[np.ndarray]:
+        block = table[c]  # one gather of the chunk for every column
+        return [np.ascontiguousarray(block[:, j], dtype=np.float64) for j in range(d)]
+
+    if len(chunks) == 1:
+        for j, col in enumerate(columns(rows)):
+            mean[j], std[j] = col.mean(), col.std()
+    else:
+        total = [0.0] * d
+        for c in chunks:
+            for j, col in enumerate(columns(c)):
+                total[j] += float(col.sum())
+        mean[:] = [t / n for t in total]
+        sq = [0.0] * d
+        for c in chunks:
+            for j, col in enumerate(columns(c)):
+                sq[j] += float(((col - mean[j]) ** 2).sum())
+        std[:] = np.sqrt(np.asarray(sq) / n)
+    std[std <= 0] = 1.0
     return mean, std
 
 
