@@ -38,6 +38,7 @@ from tpsl_flwr.privacy.posterior import (
     check_denoisable,
     frequency_prior,
     posterior_coefficients,
+    prior_from_mean,
     unbiased_coefficients,
 )
 from tpsl_flwr.validation import check_labels, check_placement, check_sample_ids
@@ -214,17 +215,22 @@ class LabelParty:
         trained = np.flatnonzero(~self._held_out)
         cached = self._all_noise(stream, None)
         if cached is not None:
-            coefficients = cached.coefficients[trained]
+            found = frequency_prior(
+                mechanism=self.mechanism, coefficients=cached.coefficients[trained]
+            )
         else:  # over the cache cap: draw in chunks, keep only the sum
             n, k = trained.size, self.mechanism.num_classes
-            coefficients = np.zeros((1, k))
+            mean = np.zeros(k)
             for start in range(0, n, _PRIOR_CHUNK):
                 ids = trained[start : start + _PRIOR_CHUNK]
                 chunk = draw_noisy_labels(
                     self.mechanism, self.labels[ids], ids, self.key, stream
                 )
-                coefficients = coefficients + chunk.coefficients.sum(0) / n
-        found = frequency_prior(mechanism=self.mechanism, coefficients=coefficients)
+                unbiased = unbiased_coefficients(
+                    mechanism=self.mechanism, coefficients=chunk.coefficients
+                )
+                mean = mean + unbiased.sum(0) / n
+            found = prior_from_mean(mean)
         self._frequency_priors = {stream: found}
         return found
 
@@ -253,14 +259,15 @@ class LabelParty:
         """The release's unbiased coefficients: what the dispatched gradient uses.
 
         With ``denoise = "posterior"`` only the top model trains on the
-        posterior; the nodes get GradPerturb's gradient of the release itself
-        (for randomized response debiased, an affine map of it), so no
-        posterior enters what they receive. Sending the posterior's gradient
-        instead mixed the top model's prediction into every dispatched
-        gradient (200k synthetic rows, eps 1: SDA 0.768 against 0.721, norm
-        0.729 against 0.545); sending randomized response's biased ``e_y~``
-        while the top fits the posterior pulls the two apart (test AUC 0.59
-        against 0.74).
+        posterior; the nodes get GradPerturb's gradient of an unbiased reading
+        of the release itself (Laplace: clipped to ``[0, 1]`` and debiased,
+        :mod:`~tpsl_flwr.privacy.clipped_release`; randomized response:
+        debiased, an affine map), so no posterior and no prior enters what
+        they receive. Sending the posterior's gradient instead mixed the top
+        model's prediction into every dispatched gradient (200k synthetic
+        rows, eps 1: SDA 0.768 against 0.721, norm 0.729 against 0.545);
+        sending randomized response's biased ``e_y~`` while the top fits the
+        posterior pulls the two apart (test AUC 0.59 against 0.74).
         """
         return NoisyLabels(
             unbiased_coefficients(

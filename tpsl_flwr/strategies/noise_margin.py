@@ -9,10 +9,13 @@ a clean label would give, the second is the mechanism's noise, of mean 0 and a
 variance that the mechanism's law fixes:
 
 * ``none``: no noise, variance 0.
-* Laplace, two classes: ``t = (1 - y~, y~)``, ``y~ = y + u (1 - 2 y)``,
-  ``u ~ Lap(b)``: ``Var = 2 b^2 (D_i1 - D_i0)^2``, the same for either label.
-* Laplace, ``k`` classes: ``t = e_y + U``, ``U_j`` iid ``Lap(b)``:
-  ``Var = 2 b^2 sum_j D_ij^2``, again whatever the label.
+* Laplace, two classes: ``t = (1 - t_1, t_1)``, ``t_1`` the release ``y~ = y
+  + u (1 - 2 y)``, ``u ~ Lap(b)``, clipped to ``[0, 1]`` and debiased
+  (:mod:`~tpsl_flwr.privacy.clipped_release`), of variance ``v(b) = w / (1 -
+  2 m)^2`` for either label: ``Var = v(b) (D_i1 - D_i0)^2``.
+* Laplace, ``k`` classes: ``t_j`` each coordinate of ``e_y + U``, ``U_j`` iid
+  ``Lap(b)``, clipped and debiased alike, independent: ``Var = v(b) sum_j
+  D_ij^2``, again whatever the label.
 * Randomized response (``q`` keep, ``r = (1 - q)/(k - 1)``): ``t = (e_{y~} -
   r) / (q - r)``, ``Var = Var(D_{i y~}) / (q - r)^2`` with ``y~ = y`` w.p.
   ``q``; it depends on ``y``, so the largest over the ``k`` possible labels.
@@ -29,6 +32,7 @@ import math
 import numpy as np
 
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.privacy.clipped_release import clipped_variance
 from tpsl_flwr.privacy.mechanisms import LAPLACE_GRID, Mechanism
 
 __all__ = ["label_noise_se", "label_noise_variances"]
@@ -59,9 +63,9 @@ def label_noise_variances(mechanism: Mechanism, delta: np.ndarray) -> np.ndarray
     Examples
     --------
     >>> from tpsl_flwr.privacy.mechanisms import make_mechanism
-    >>> lap = make_mechanism("laplace", epsilon=1.0)  # b = 1
-    >>> label_noise_variances(lap, np.array([[0.0, 1.0], [1.0, 1.0]])).round(6)
-    array([2., 0.])
+    >>> lap = make_mechanism("laplace", epsilon=1.0)  # b = 1 (2 b^2 = 2 unclipped)
+    >>> label_noise_variances(lap, np.array([[0.0, 1.0], [1.0, 1.0]])).round(4)
+    array([1.2144, 0.    ])
     >>> rr = make_mechanism("discrete", epsilon=math.log(3.0))  # q = 3/4
     >>> label_noise_variances(rr, np.array([[0.0, 1.0]])).round(6)
     array([0.75])
@@ -77,9 +81,10 @@ def label_noise_variances(mechanism: Mechanism, delta: np.ndarray) -> np.ndarray
         return np.zeros(d.shape[0])
     if name == "laplace":
         b = float(mechanism.scale_steps) * LAPLACE_GRID  # type: ignore[attr-defined]
+        v = clipped_variance(b)
         if mechanism.is_binary:
-            return 2.0 * b * b * (d[:, 1] - d[:, 0]) ** 2
-        return 2.0 * b * b * (d * d).sum(axis=1)
+            return v * (d[:, 1] - d[:, 0]) ** 2
+        return v * (d * d).sum(axis=1)
     if name == "discrete":
         eps = float(mechanism.epsilon or 0.0)
         q = 1.0 / (1.0 + (k - 1) * math.exp(-eps))
