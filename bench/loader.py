@@ -8,18 +8,24 @@ peak resident memory (``getrusage`` ``ru_maxrss``) never mixes:
   row below);
 * ``ours, cold``: ``load_criteo`` with an empty cache (read, parse, hash, write the
   cache, split, standardize);
+* ``ours, cold ingest``: the encoding alone with an empty cache (read, parse, hash,
+  write the cache; no split), ``tpsl_flwr.data.ctr.files.encode_file``;
 * ``ours, warm``: the same call again (memory-mapped cache, split, standardize);
 * ``ours, no cache``: ``cache=False``;
 * ``pandas.read_csv``: the whole file into a DataFrame, default dtypes (parsing
   only: no hashing, no split), when pandas is installed.
 
 With ``--readers``, also the raw streaming readers the loader could be built on,
-every column as text, parsing only: pyarrow's ``open_csv`` (the one used),
-polars' ``scan_csv(...).collect_batches()`` and pandas ``read_csv(chunksize=)``
-(each when installed).
+every column as text, parsing only: pyarrow's ``open_csv`` (the one used, with
+exactly the options the loader passes it:
+``tpsl_flwr.data.ctr.reader.csv_options``, every column as bytes, nothing done
+with the batches), polars' ``scan_csv(...).collect_batches()`` and pandas
+``read_csv(chunksize=)`` (each when installed); then the ratios of ours, cold
+(and of the ingest alone) to pyarrow's parse-only rows/s, from this one run.
 
 Usage: ``python bench/loader.py [--rows N] [--gz] [--readers] [--keep DIR]``.
-Target: peak RSS of ours under 2 GB for 1M rows.
+Targets: peak RSS of ours under 2 GB for 1M rows; ours, cold at >= 0.7x the rows/s
+of pyarrow's parse-only (both printed side by side, from the same run).
 """
 
 from __future__ import annotations
@@ -36,11 +42,12 @@ import time
 from pathlib import Path
 
 NAMES = ["label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))]
-KINDS = ("import", "cold", "warm", "nocache", "pandas")
+KINDS = ("import", "cold", "ingest", "warm", "nocache", "pandas")
 READERS = ("pyarrow-stream", "polars-stream", "pandas-chunks")
 LABELS = {
     "import": "import only",
     "cold": "ours, cold (cache written)",
+    "ingest": "ours, cold ingest (no split)",
     "warm": "ours, warm (from cache)",
     "nocache": "ours, cache=False",
     "pandas": "pandas.read_csv (parse only)",
@@ -55,19 +62,14 @@ def _read_raw(kind: str, path: str) -> int:
     """Stream the file with a raw reader, every column as text; return rows."""
     rows = 0
     if kind == "pyarrow-stream":
-        import pyarrow as pa
         import pyarrow.csv as pacsv
 
-        reader = pacsv.open_csv(
-            path,
-            read_options=pacsv.ReadOptions(
-                column_names=NAMES, use_threads=False, block_size=2 << 20
-            ),
-            parse_options=pacsv.ParseOptions(delimiter="\t"),
-            convert_options=pacsv.ConvertOptions(
-                column_types=dict.fromkeys(NAMES, pa.binary())
-            ),
-        )
+        from tpsl_flwr.data.ctr.formats import CRITEO_TSV
+        from tpsl_flwr.data.ctr.reader import csv_options
+
+        # The loader's own options (all columns, as bytes): its parse, nothing more.
+        read, parse, convert = csv_options(CRITEO_TSV, NAMES)
+        reader = pacsv.open_csv(path, read, parse, convert)
         rows = sum(batch.num_rows for batch in reader)
     elif kind == "polars-stream":
         import polars as pl
@@ -100,6 +102,8 @@ def measure(kind: str, path: str, cache_dir: str) -> dict[str, float]:
     if kind in READERS:
         module = {"pyarrow-stream": "pyarrow.csv", "polars-stream": "polars"}
         importlib.import_module(module.get(kind, "pandas"))
+        if kind == "pyarrow-stream":
+            importlib.import_module("tpsl_flwr.data.ctr.reader")
         wall, cpu = time.perf_counter(), _cpu()
         rows = _read_raw(kind, path)
     elif kind == "pandas":
@@ -108,6 +112,17 @@ def measure(kind: str, path: str, cache_dir: str) -> dict[str, float]:
         wall, cpu = time.perf_counter(), _cpu()
         sep = "," if path.endswith(".csv") else "\t"
         rows = len(pd.read_csv(path, sep=sep, header=None, names=NAMES))
+    elif kind == "ingest":
+        from tpsl_flwr.data.ctr.files import EncodeOptions, encode_file
+        from tpsl_flwr.data.ctr.formats import CRITEO_TSV
+        from tpsl_flwr.data.ctr.load import resolve_buckets
+
+        opts = EncodeOptions(buckets=resolve_buckets(2**15, CRITEO_TSV.categorical))
+        wall, cpu = time.perf_counter(), _cpu()
+        enc = encode_file(
+            Path(path), CRITEO_TSV, opts, cache=True, cache_dir=Path(cache_dir) / "i"
+        )
+        rows = int(enc.meta["rows"])
     else:
         from tpsl_flwr.data.ctr.criteo import load_criteo
 
@@ -180,6 +195,13 @@ def main() -> None:
                 f"{LABELS[kind]:32s} {rate:>12s} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} "
                 f"{r['peak_rss_mb']:12.0f}"
             )
+        base = results.get("pyarrow-stream")
+        if base:
+            for kind in ("cold", "ingest"):
+                r = results.get(kind)
+                if r:
+                    ratio = (r["rows"] / r["wall_s"]) / (base["rows"] / base["wall_s"])
+                    print(f"{LABELS[kind]} / pyarrow parse-only rows/s: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

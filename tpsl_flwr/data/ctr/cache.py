@@ -97,7 +97,8 @@ class NpyAppender:
     def append(self, block: np.ndarray) -> None:
         """Append rows (``(k, width)`` or ``(k,)``, cast to the file's dtype)."""
         arr = np.ascontiguousarray(block, dtype=self.dtype)
-        self._file.write(arr.tobytes())
+        if arr.size:
+            self._file.write(arr.data)  # the array's own buffer: no copy
         self.rows += arr.shape[0]
 
     def close(self) -> None:

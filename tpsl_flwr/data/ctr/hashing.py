@@ -25,6 +25,7 @@ them; a missing count becomes 0 after the transform.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -45,6 +46,9 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 _GOLDEN = 0x9E3779B97F4A7C15
 _SEPARATOR = 0x1F
 """ASCII unit separator between the column name and the token."""
+_FMIX_1 = np.uint64(0xFF51AFD7ED558CCD)
+_FMIX_2 = np.uint64(0xC4CEB9FE1A85EC53)
+_SHIFT_33 = np.uint64(33)
 
 
 def fmix64(h: np.ndarray) -> np.ndarray:
@@ -66,14 +70,21 @@ def fmix64(h: np.ndarray) -> np.ndarray:
     '0xb456bcfc34c2cb2c'
     """
     h = np.asarray(h, dtype=np.uint64).copy()
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(0xFF51AFD7ED558CCD)
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(0xC4CEB9FE1A85EC53)
-    h ^= h >> np.uint64(33)
+    _fmix64_inplace(h, np.empty_like(h))
     return h
 
 
+def _fmix64_inplace(h: np.ndarray, tmp: np.ndarray) -> None:
+    """:func:`fmix64` of ``h`` in place (``tmp``: scratch of the same shape)."""
+    for mult in (_FMIX_1, _FMIX_2):
+        np.right_shift(h, _SHIFT_33, out=tmp)
+        np.bitwise_xor(h, tmp, out=h)
+        np.multiply(h, mult, out=h)
+    np.right_shift(h, _SHIFT_33, out=tmp)
+    np.bitwise_xor(h, tmp, out=h)
+
+
+@lru_cache(maxsize=1024)
 def _column_state(column: str) -> int:
     """FNV-1a state after the column name and the separator byte."""
     state = _FNV_OFFSET
@@ -96,7 +107,8 @@ def hash_buckets_of(
     data : np.ndarray
         uint8 bytes of all tokens, concatenated.
     offsets : np.ndarray
-        ``(n + 1,)`` integer offsets: token ``i`` is ``data[offsets[i]:offsets[i+1]]``.
+        ``(n + 1,)`` non-decreasing integer offsets: token ``i`` is
+        ``data[offsets[i]:offsets[i+1]]``.
     column : str
         Column name (part of the hash).
     buckets : int
@@ -108,33 +120,60 @@ def hash_buckets_of(
     -------
     np.ndarray
         ``(n,)`` int64 codes in ``[0, buckets)``; 0 exactly for empty tokens.
+
+    Notes
+    -----
+    When every non-empty token has the same length (Criteo's 8 hex digits), the
+    tokens are consecutive rows of one ``(k, width)`` byte matrix: a view of
+    ``data``, hashed column by column in place, with no gather and no index
+    array. Other columns (Avazu's) take one masked step per byte position.
+    Both compute the formula of the module docstring, bit for bit.
     """
-    off = np.asarray(offsets, dtype=np.int64)
+    off = np.asarray(offsets)
+    if off.dtype != np.int64:
+        off = off.astype(np.int64)
     starts = off[:-1]
     lengths = off[1:] - starts
     n = lengths.shape[0]
-    state = np.full(n, _column_state(column), dtype=np.uint64)
+    column_state = np.uint64(_column_state(column))
+    nonempty = lengths != 0
+    k = int(np.count_nonzero(nonempty))
+    raw = np.asarray(data, dtype=np.uint8)
     width = int(lengths.max()) if n else 0
-    if width:
-        raw = np.asarray(data, dtype=np.uint8)
-        nonempty = lengths[lengths > 0]
-        if nonempty.min() == width:
-            # Every token has the same length (Criteo's 8 hex digits): one gather.
-            rows = np.flatnonzero(lengths)
-            mat = raw[starts[None, rows] + np.arange(width)[:, None]]
-            sub = state[rows]
-            for k in range(width):
-                sub ^= mat[k]
-                sub *= _FNV_PRIME
-            state[rows] = sub
+    if k and int(lengths[nonempty].min()) == width:
+        # Every token has the same length: row i of the matrix is token i.
+        first = int(off[0])
+        mat = raw[first : first + k * width].reshape(k, width)
+        sub = np.full(k, column_state, dtype=np.uint64)
+        for j in range(width):
+            np.bitwise_xor(sub, mat[:, j], out=sub)
+            np.multiply(sub, _FNV_PRIME, out=sub)
+        if k == n:
+            state = sub
         else:
-            for k in range(width):
-                active = lengths > k
-                byte = raw[np.where(active, starts + k, 0)].astype(np.uint64)
-                state = np.where(active, (state ^ byte) * _FNV_PRIME, state)
-    mixed = fmix64(state ^ np.uint64((int(seed) * _GOLDEN) & _MASK))
-    codes = (mixed % np.uint64(buckets - 1)).astype(np.int64) + 1
-    codes[lengths == 0] = 0
+            state = np.full(n, column_state, dtype=np.uint64)
+            state[nonempty] = sub
+    else:
+        state = np.full(n, column_state, dtype=np.uint64)
+        for j in range(width):
+            active = lengths > j
+            byte = raw[np.where(active, starts + j, 0)].astype(np.uint64)
+            state = np.where(active, (state ^ byte) * _FNV_PRIME, state)
+    salt = (int(seed) * _GOLDEN) & _MASK
+    if salt:
+        np.bitwise_xor(state, np.uint64(salt), out=state)
+    tmp = np.empty_like(state)
+    _fmix64_inplace(state, tmp)
+    # h mod m as h - (h // m) * m: numpy divides by a scalar without a division
+    # instruction per element, several times faster than ``%`` (same result).
+    m = np.uint64(buckets - 1)
+    np.floor_divide(state, m, out=tmp)
+    np.multiply(tmp, m, out=tmp)
+    np.subtract(state, tmp, out=state)
+    codes = state.view(np.int64)  # < 2**31 after the modulo: same values
+    codes += 1
+    if k != n:
+        codes[~nonempty] = 0
     return codes
 
 

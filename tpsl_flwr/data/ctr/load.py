@@ -25,6 +25,7 @@ import numpy as np
 
 from tpsl_flwr.data.ctr.files import EncodedFile, EncodeOptions, encode_file
 from tpsl_flwr.data.ctr.formats import CTRFormat
+from tpsl_flwr.data.ctr.gather import gather_rows
 from tpsl_flwr.data.ctr.hashing import DEFAULT_HASH_BUCKETS
 from tpsl_flwr.data.ctr.reader import first_line
 from tpsl_flwr.data.membership import (
@@ -200,7 +201,8 @@ def _tables(
 ) -> tuple[TabularData, TabularData]:
     """Cut train and test rows out of the encoded arrays; standardize numerics."""
     num_train, num_test, _, _ = standardize(
-        np.asarray(enc.numeric[train_idx]), np.asarray(enc.numeric[test_idx])
+        gather_rows(enc.numeric, train_idx, np.float32),
+        gather_rows(enc.numeric, test_idx, np.float32),
     )
     assert enc.labels is not None
     out = []
@@ -208,9 +210,9 @@ def _tables(
         out.append(
             TabularData(
                 numeric=num,
-                categorical=enc.categorical[idx].astype(np.int64),
+                categorical=gather_rows(enc.categorical, idx, np.int64),
                 cardinalities=enc.cardinalities,
-                labels=enc.labels[idx].astype(np.int64),
+                labels=gather_rows(enc.labels, idx, np.int64),
                 num_classes=2,
                 numeric_names=enc.numeric_names,
                 categorical_names=enc.categorical_names,

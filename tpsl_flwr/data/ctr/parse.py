@@ -124,14 +124,18 @@ def parse_ints(f: Field) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ndig = lengths - neg
     bad = ~missing & ((ndig == 0) | (ndig > _MAX_DIGITS))
     value = np.zeros(lengths.shape[0], dtype=np.int64)
-    width = int(min(ndig.max(initial=0), _MAX_DIGITS))
     first = starts + neg
-    for k in range(width):
-        active = ndig > k
-        byte = f.data[np.where(active, first + k, 0)].astype(np.int64) - _ZERO
-        bad |= active & ((byte < 0) | (byte > 9))
-        value = np.where(active, value * 10 + byte, value)
-    value = np.where(neg, -value, value)
+    # Digit k of every field that has one: the rows still active shrink fast
+    # (most counts have one or two digits), so the work follows the characters.
+    active = np.flatnonzero(ndig > 0)
+    for k in range(_MAX_DIGITS):
+        if not active.size:
+            break
+        byte = f.data[first[active] + k] - np.uint8(_ZERO)  # non-digits wrap past 9
+        bad[active[byte > 9]] = True
+        value[active] = value[active] * 10 + byte
+        active = active[ndig[active] > k + 1]
+    np.negative(value, out=value, where=neg)
     value[bad | missing] = 0
     return value, missing, bad
 
