@@ -76,12 +76,13 @@ ledger: the bench points ``TPSL_FLWR_LEDGER_DIR`` at a fresh temporary folder
 numbers, they assert nothing.
 
 Usage: ``python bench/utility.py [--quick] [--only digits-none,criteo-none]
-[--flwr] [--no-audit] [--seed 1] [--json out.json]``.
+[--flwr] [--no-audit] [--seed 1] [--set KEY=VALUE] [--json out.json]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -356,6 +357,7 @@ def case_config(
     if case.dataset == "criteo":
         options.update(data_path=str(args.criteo_path), new_release=True)
     options.update(dict(case.options))
+    options.update(args.overrides)
     rows, epochs = case.rows, case.epochs
     if args.quick and case.dataset == "synthetic-ctr":
         rows, epochs = 20_000, 2
@@ -364,6 +366,21 @@ def case_config(
     if epochs:
         options["epochs"] = epochs
     return ExperimentConfig(**options)
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` flags as config fields; VALUE as JSON where it parses."""
+    known = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or key not in known:
+            raise SystemExit(f"--set needs KEY=VALUE with a config field, got {pair!r}")
+        try:
+            out[key] = json.loads(text)
+        except json.JSONDecodeError:
+            out[key] = text
+    return out
 
 
 def epoch_summary(history: list[dict[str, Any]], metric: str) -> dict[str, Any]:
@@ -633,7 +650,16 @@ def main() -> None:
     parser.add_argument(
         "--json", type=Path, default=None, help="write the numbers here"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field in every case (VALUE read as JSON, else "
+        "text), e.g. --set validation_fraction=0: a variant beside the defaults",
+    )
     args = parser.parse_args()
+    args.overrides = parse_overrides(args.set)
     cases, with_flwr = select_cases(args.only, args.flwr)
 
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
@@ -674,7 +700,9 @@ def main() -> None:
 
     print(
         f"Utility of the defaults ({git_state()}; {'quick' if args.quick else 'full'}; "
-        f"seed {args.seed}; threads {args.threads}; {os.cpu_count()} CPUs, load "
+        f"seed {args.seed}; threads {args.threads}; "
+        f"{'overrides ' + json.dumps(args.overrides) + '; ' if args.overrides else ''}"
+        f"{os.cpu_count()} CPUs, load "
         "average "
         f"{load_before[0]:.1f} before, {load_after[0]:.1f} after; {wall:.0f} s)\n"
     )
@@ -688,6 +716,7 @@ def main() -> None:
             "quick": args.quick,
             "seed": args.seed,
             "threads": args.threads,
+            "overrides": args.overrides,
             "load_average": [load_before[0], load_after[0]],
             "seconds": wall,
             "cases": rows,

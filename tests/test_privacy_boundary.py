@@ -39,7 +39,8 @@ def finished_run(tmp_path_factory):
         ({"seed": 3}, "seed (0 -> 3)"),
         ({"rows": 500}, "rows (0 -> 500)"),
         ({"test_fraction": 0.3}, "test-fraction (0.2 -> 0.3)"),
-        ({"validation_fraction": 0.2}, "validation-fraction (0.1 -> 0.2)"),
+        # auto resolved to 0 for this 1-epoch run; the resolved value is bound
+        ({"validation_fraction": 0.2}, "validation-fraction (0.0 -> 0.2)"),
     ],
 )
 def test_resume_with_changed_noise_settings_is_refused_naming_them(

@@ -33,6 +33,7 @@ from tpsl_flwr.data.ctr.load import SPLITS
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config_fields import coerce_value
 from tpsl_flwr.experiments.training_settings import check_training, resolve_denoise
+from tpsl_flwr.experiments.validation_settings import validation_mode
 from tpsl_flwr.experiments.wide_settings import check_wide, wide_mode
 from tpsl_flwr.privacy.mechanisms import Mechanism, make_mechanism
 from tpsl_flwr.validation import check_int, check_placement, check_positive_finite
@@ -94,7 +95,7 @@ class ExperimentConfig:
     wide_lr: float = 5.0
     wide_l1: float = 0.0
     wide_l2: float = 2.0
-    validation_fraction: float = 0.1
+    validation_fraction: float | str = "auto"
     denoise: str = "auto"
     denoise_prior: str = "model"
     steps_per_message: int = 1
@@ -131,6 +132,9 @@ class ExperimentConfig:
         """
         # wide: true/false (TOML, Python) read as "on"/"off", one spelling after
         object.__setattr__(self, "wide", wide_mode(self.wide))
+        object.__setattr__(
+            self, "validation_fraction", validation_mode(self.validation_fraction)
+        )
         self._check_data()
         check_placement(self.placement)
         for name in (

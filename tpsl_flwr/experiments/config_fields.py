@@ -78,7 +78,9 @@ FIELD_HELP: dict[str, str] = {
     "gradients",
     "validation-fraction": "probability of a training record being held out "
     "for validation (by id alone); each epoch is scored on its noisy labels and "
-    "the best epoch's models are restored at the end; 0: no validation",
+    "the best epoch's models are restored at the end; 0: no validation; auto: "
+    "0.1 for runs of 3 or more epochs where that holds out at least 2000 ids, "
+    "else 0 (and 0 for gaussian)",
     "denoise": "what the label party trains on: the mechanism's noisy labels "
     "(none, the paper), or their posterior given a prior (posterior; "
     "post-processing, same epsilon); auto: posterior for laplace and "

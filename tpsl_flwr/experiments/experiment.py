@@ -27,6 +27,7 @@ from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run_folder import RESULTS_FILE
 from tpsl_flwr.experiments.run_report import write_report
 from tpsl_flwr.experiments.training_settings import training_of
+from tpsl_flwr.experiments.validation_settings import resolve_validation
 from tpsl_flwr.experiments.wide_settings import resolve_wide
 from tpsl_flwr.label_set import MIN_RECORDS
 from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
@@ -81,6 +82,13 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
     mechanism = cfg.make_mechanism(labels.num_classes)
     top = build_top(cfg, num_outputs_for(labels.num_classes))
     run_config = cfg.to_run_config()
+    # validation-fraction = auto resolved from the public rows and epochs.
+    validation = resolve_validation(
+        cfg.validation_fraction,
+        train_rows=int(labels.train_labels.size),
+        epochs=cfg.epochs,
+        mechanism=cfg.mechanism,
+    )
     binding = NoiseBinding.of(
         mechanism=mechanism,
         placement=cfg.placement,
@@ -90,7 +98,7 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
             "id-space": labels.id_space,
             # Which ids are held out: a changed hold-out would train on labels
             # already released for validation (and vice versa).
-            "validation-fraction": cfg.validation_fraction,
+            "validation-fraction": validation,
         },
     )
     records = labels.train_labels.size + labels.test_labels.size
@@ -146,7 +154,7 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         audit=cfg.audit,
         store=store if cfg.checkpoint else None,
         release=release,
-        validation_fraction=cfg.validation_fraction,
+        validation_fraction=validation,
         lr_schedule=cfg.lr_schedule,
     )
     facts = {
@@ -157,6 +165,7 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         # The resolved wide part (wide = auto): what both sides built.
         "training": {
             **training.to_dict(),
+            "validation_fraction": validation,
             "wide": cfg.wide,
             "wide_optimizer": cfg.wide_optimizer,
         },

@@ -20,6 +20,7 @@ from tpsl_flwr.experiments.config_fields import (
     LR_SCHEDULES,
     MODELS,
 )
+from tpsl_flwr.experiments.validation_settings import validation_mode
 from tpsl_flwr.experiments.wide_settings import resolve_wide
 from tpsl_flwr.validation import check_int
 
@@ -207,18 +208,12 @@ def check_training(cfg: ExperimentConfig) -> None:
             raise ConfigError(
                 f"{key} must be one of {', '.join(choices)}, got {value!r}"
             )
-    for key, low, high in (
-        ("weight-decay", 0.0, math.inf),
-        ("validation-fraction", 0.0, 0.5),
-    ):
-        value = getattr(cfg, key.replace("-", "_"))
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not low <= value < high
-        ):
-            raise ConfigError(f"{key} must be in [{low}, {high}), got {value!r}")
-    if cfg.validation_fraction and cfg.mechanism == "gaussian":
+    wd = cfg.weight_decay
+    number = isinstance(wd, int | float) and not isinstance(wd, bool)
+    if not (number and 0 <= wd and math.isfinite(wd)):
+        raise ConfigError(f"weight-decay must be in [0.0, inf), got {wd!r}")
+    fraction = validation_mode(cfg.validation_fraction)
+    if isinstance(fraction, float) and fraction > 0 and cfg.mechanism == "gaussian":
         raise ConfigError(
             "validation scores noisy labels, and mechanism 'gaussian' leaves "
             "the labels clean; use validation-fraction = 0 "

@@ -205,6 +205,8 @@ def _kind(key: str, kind: type) -> dict[str, Any]:
             "type": _on_off,
             "choices": FIELD_CHOICES[key],
         }
+    if float in typing.get_args(kind):  # a number or auto (validation-fraction)
+        return {"metavar": "X|auto"}
     if kind is int:
         return {"type": integer(key), "metavar": "N"}
     if kind is float:
