@@ -19,8 +19,17 @@ Prints, per size and audit setting, the peak ``RssAnon``, training samples/s
 between consecutive sizes: the figure that must stay flat (<= 100 B/row) for
 memory to be bounded whatever the row count.
 
+Which sample of ``RssAnon`` the sampler catches moves a peak by +-100 MB between
+runs of the same code (the state of a step swings by a few hundred MB), so
+``--repeat R`` runs every setting ``R`` times, interleaved, and keeps the
+highest peak and the median samples/s. ``--malloc`` compares glibc's allocator
+settings side by side in the same bench run: ``glibc`` (glibc's own dynamic
+defaults), ``lean`` (``TPSL_FLWR_MALLOC=lean``: fixed mmap and trim thresholds,
+:mod:`tpsl_flwr.engines.allocator`) or ``both``.
+
 Usage: ``python bench/scale_rows.py [--rows 50000,200000,500000] [--audit
-both|on|off] [--keep DIR] [-- extra simulate flags]``.
+both|on|off] [--repeat R] [--malloc glibc|lean|both] [--keep DIR] [-- extra
+simulate flags]``.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,14 +78,19 @@ def children(pid: int) -> list[int]:
 
 
 def run_sampled(
-    cmd: list[str], interval: float, ledger: Path
+    cmd: list[str], interval: float, ledger: Path, malloc: str
 ) -> tuple[int, float, int]:
     """Run ``cmd``; return its exit status, wall seconds and peak RssAnon (KiB).
 
     ``ledger`` is the run's own privacy ledger folder, so that benchmark runs
-    never count as releases of the user's label sets.
+    never count as releases of the user's label sets; ``malloc`` is the
+    ``TPSL_FLWR_MALLOC`` setting of the run.
     """
-    env = {**os.environ, "TPSL_FLWR_LEDGER_DIR": str(ledger)}
+    env = {
+        **os.environ,
+        "TPSL_FLWR_LEDGER_DIR": str(ledger),
+        "TPSL_FLWR_MALLOC": malloc,
+    }
     log = ledger.parent / "log.txt"
     start = time.perf_counter()
     with log.open("wb") as sink:
@@ -110,11 +125,15 @@ def main() -> None:
     parser.add_argument("--rows", default="50000,200000,500000")
     parser.add_argument("--audit", choices=("both", "on", "off"), default="both")
     parser.add_argument("--interval", type=float, default=0.2)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--malloc", choices=("glibc", "lean", "both"), default="glibc")
     parser.add_argument("--keep", help="write the file here and keep it")
     parser.add_argument("extra", nargs="*", help="extra simulate flags (after --)")
     args = parser.parse_args()
     sizes = sorted(int(r) for r in args.rows.split(","))
     audits = {"both": (True, False), "on": (True,), "off": (False,)}[args.audit]
+    mallocs = ("glibc", "lean") if args.malloc == "both" else (args.malloc,)
+    settings = [(a, m) for a in audits for m in mallocs]
 
     from tpsl_flwr.testing.ctr_generator import write_criteo
 
@@ -123,37 +142,47 @@ def main() -> None:
         data = folder / "train.txt"
         if not data.exists():
             write_criteo(data, sizes[-1], seed=0)
-        rows_out = []
+        runs: dict[tuple[int, bool, str], list[tuple[int, float, float]]] = {}
         for n in sizes:
-            for audit in audits:
-                out = Path(tmp) / f"out-{n}-{int(audit)}"
-                out.mkdir(parents=True, exist_ok=True)
-                cmd = simulate_cmd(data, n, audit, out, args.extra)
-                rc, wall, peak = run_sampled(cmd, args.interval, out / "ledger")
-                speed = float("nan")
-                if rc == 0:
-                    speed = json.loads((out / "results.json").read_text())[
-                        "samples_per_second"
-                    ]
-                rows_out.append((n, audit, peak * 1024, speed, wall))
-                print(
-                    f"rows {n:>9,d} audit {'on ' if audit else 'off'}  peak RssAnon "
-                    f"{peak / 1024:8,.0f} MB  {speed:8,.0f} samples/s  {wall:6.1f} s",
-                    flush=True,
-                )
-        print(f"\n{os.cpu_count()} CPUs; RssAnon sampled every {args.interval} s")
-        print(f"{'rows':>10s} {'audit':>5s} {'peak MB':>9s} {'B/row growth':>13s} "
-              f"{'samples/s':>10s}")  # fmt: skip
-        for audit in audits:
+            for rep in range(args.repeat):
+                for audit, malloc in settings:
+                    out = Path(tmp) / f"out-{n}-{int(audit)}-{malloc}-{rep}"
+                    out.mkdir(parents=True, exist_ok=True)
+                    cmd = simulate_cmd(data, n, audit, out, args.extra)
+                    rc, wall, peak = run_sampled(
+                        cmd, args.interval, out / "ledger", malloc
+                    )
+                    speed = float("nan")
+                    if rc == 0:
+                        speed = json.loads((out / "results.json").read_text())[
+                            "samples_per_second"
+                        ]
+                    runs.setdefault((n, audit, malloc), []).append(
+                        (peak * 1024, speed, wall)
+                    )
+                    print(
+                        f"rows {n:>9,d} audit {'on ' if audit else 'off'} malloc "
+                        f"{malloc:5s} peak RssAnon {peak / 1024:8,.0f} MB  "
+                        f"{speed:8,.0f} samples/s  {wall:6.1f} s",
+                        flush=True,
+                    )
+        print(
+            f"\n{os.cpu_count()} CPUs; RssAnon sampled every {args.interval} s; "
+            f"peak = max of {args.repeat} run(s), samples/s = median"
+        )
+        print(f"{'rows':>10s} {'audit':>5s} {'malloc':>6s} {'peak MB':>9s} "
+              f"{'B/row growth':>13s} {'samples/s':>10s}")  # fmt: skip
+        for audit, malloc in settings:
             prev = None
-            for n, a, peak, speed, _ in rows_out:
-                if a != audit:
-                    continue
+            for n in sizes:
+                done = runs[(n, audit, malloc)]
+                peak = max(p for p, _, _ in done)
+                speed = statistics.median(s for _, s, _ in done)
                 growth = (
                     "-" if prev is None else f"{(peak - prev[1]) / (n - prev[0]):,.0f}"
                 )
-                print(f"{n:>10,d} {'on' if a else 'off':>5s} {peak / 2**20:9,.0f} "
-                      f"{growth:>13s} {speed:10,.0f}")  # fmt: skip
+                print(f"{n:>10,d} {'on' if audit else 'off':>5s} {malloc:>6s} "
+                      f"{peak / 2**20:9,.0f} {growth:>13s} {speed:10,.0f}")  # fmt: skip
                 prev = (n, peak)
 
 

@@ -192,6 +192,9 @@ def run_experiment(
         return _run_on_deployment(
             cfg, secure=secure, echo=echo, timeout=timeout, workers=party_workers
         )
+    from tpsl_flwr.engines.allocator import tune_allocator
+
+    tune_allocator()  # TPSL_FLWR_MALLOC=lean: freed blocks go back (opt-in)
     with (
         failed_on_error(cfg.out_dir),
         _one_torch_thread(),

@@ -53,8 +53,15 @@ class UnsupportedStateError(TypeError):
 
 
 def encode_state(state: Mapping[str, Any]) -> tuple[str, bytes]:
-    """``(header, data)`` holding ``state`` exactly; see :func:`decode_state`."""
-    chunks: list[bytes] = []
+    """``(header, data)`` holding ``state`` exactly; see :func:`decode_state`.
+
+    The tensors' bytes are copied once, straight into ``data``: the walk keeps
+    read-only views of them (no copy), which ``bytes.join`` concatenates. A
+    node encodes its whole bottom model and optimizer state after every step,
+    so a copy per tensor before the join doubled both the time of the step's
+    encoding and its transient memory (one more copy of the state).
+    """
+    chunks: list[memoryview] = []
     structure = _encode(state, chunks, "state")
     return json.dumps(structure, separators=(",", ":")), b"".join(chunks)
 
@@ -83,7 +90,7 @@ def decode_state(header: str, data: bytes) -> Any:
     return value
 
 
-def _encode(value: Any, chunks: list[bytes], path: str) -> Any:
+def _encode(value: Any, chunks: list[memoryview], path: str) -> Any:
     try:
         return _encode_node(value, chunks)
     except _Unsupported as exc:
@@ -100,16 +107,26 @@ class _Unsupported(Exception):
         self.keys: list[object] = []
 
 
-def _encode_node(value: Any, chunks: list[bytes]) -> Any:
+def _raw_bytes(tensor: torch.Tensor) -> memoryview:
+    """A flat byte view of ``tensor``'s values in C order (a copy only if needed).
+
+    Contiguous CPU tensors are viewed, not copied; the view must be consumed
+    before the tensor changes (:func:`encode_state` joins them at once).
+    """
+    if tensor.device.type != "cpu" or not tensor.is_contiguous():
+        tensor = tensor.cpu().contiguous()
+    if tensor.numel() == 0:
+        return memoryview(b"")
+    flat = tensor.reshape(-1).view(torch.uint8)  # any dtype, its bytes as stored
+    return flat.numpy().data  # a memoryview of unsigned bytes
+
+
+def _encode_node(value: Any, chunks: list[memoryview]) -> Any:
     # Hot path (every Flower message of a non-label node): no per-node strings.
     if isinstance(value, torch.Tensor):
         tensor = value.detach()
         name = str(tensor.dtype).removeprefix("torch.")
-        if name in _NUMPY_DTYPES and tensor.device.type == "cpu":
-            chunks.append(tensor.numpy().tobytes())  # C order, one copy
-        else:
-            flat = tensor.cpu().contiguous().reshape(-1)
-            chunks.append(flat.view(torch.uint8).numpy().tobytes())
+        chunks.append(_raw_bytes(tensor))
         return {"T": [name, list(tensor.shape)]}
     if value is None or isinstance(value, (bool, str)):
         return {"v": value}
