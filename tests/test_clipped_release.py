@@ -92,3 +92,10 @@ def test_moments_against_numerical_integration():
 def test_bad_scales_are_refused_by_name(scale):
     with pytest.raises(ConfigError, match="Laplace scale"):
         clip_moments(scale)
+
+
+def test_non_finite_coefficients_are_refused_not_clipped():
+    from tpsl_flwr import PrivacyError
+
+    with pytest.raises(PrivacyError, match="not finite"):
+        clipped_unbiased(np.array([[0.0, np.inf]]), 1.0)

@@ -12,9 +12,11 @@ from tpsl_flwr import ConfigError, NoiseKey, PrivacyError, make_mechanism
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_inprocess_experiment
 from tpsl_flwr.models import TopModel
-from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
+from tpsl_flwr.parties import LabelParty, NonLabelParty, adam, noise_stream
 from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
+from tpsl_flwr.privacy.noisy_labels import STREAM_TRANSCRIPT, draw_noisy_labels
 from tpsl_flwr.privacy.perturb import per_class_losses
+from tpsl_flwr.privacy.posterior import unbiased_coefficients
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.strategies.selection import (
     BestEpoch,
@@ -35,7 +37,7 @@ X = RNG.normal(size=(ROWS + TEST_ROWS, 2 * COLS)).astype(np.float32)
 Y = (X[:, 0] + X[:, 2] + 0.5 * RNG.normal(size=ROWS + TEST_ROWS) > 0).astype(np.int64)
 
 
-def party_for(labels, mechanism, top=None):
+def party_for(labels, mechanism, top=None, reuse_noise=True):
     torch.manual_seed(0)
     return LabelParty(
         top or TopModel(2 * WIDTH, hidden=(4,), num_outputs=1),
@@ -43,7 +45,28 @@ def party_for(labels, mechanism, top=None):
         mechanism,
         NoiseKey.from_seed(3),
         optimizer=adam(0.05),
+        reuse_noise=reuse_noise,
     )
+
+
+@pytest.mark.parametrize("reuse_noise", [True, False])
+def test_a_held_out_label_is_drawn_as_its_first_training_epoch_draws_it(reuse_noise):
+    """So two runs differing only in the hold-out release the same noisy labels.
+
+    Without reuse, training draws a fresh stream per epoch; scoring on another
+    stream would be an extra draw the ledger never counts.
+    """
+    labels = np.random.default_rng(4).integers(0, 2, size=500)
+    mechanism = make_mechanism("laplace", epsilon=1.0)
+    party = party_for(labels, mechanism, reuse_noise=reuse_noise)
+    ids = np.arange(0, 500, 7)
+    first_epoch = noise_stream(STREAM_TRANSCRIPT, 0, reuse_noise)
+    trained = draw_noisy_labels(mechanism, labels[ids], ids, party.key, first_epoch)
+    expected = unbiased_coefficients(
+        mechanism=mechanism, coefficients=trained.coefficients
+    )
+    np.testing.assert_array_equal(unbiased_targets(party, ids), expected)
+    assert (first_epoch == STREAM_TRANSCRIPT) == reuse_noise
 
 
 class Nodes:

@@ -101,10 +101,41 @@ def test_extending_a_run_across_the_epoch_line_names_the_hold_out(tmp_path):
         out_dir=str(tmp_path / "run"),
     )
     run_experiment(ExperimentConfig(**common, epochs=2))
-    with pytest.raises(PrivacyError, match=r"validation-fraction \(0.0 -> 0.1\)"):
+    with pytest.raises(
+        PrivacyError, match=r"validation-fraction \(0.0 -> 0.1\)"
+    ) as err:
         run_experiment(ExperimentConfig(**common, epochs=3, resume=True))
+    assert "--validation-fraction 0.0" in str(err.value)
+    assert "second, correlated draw" not in str(err.value)
     extended = run_experiment(
         ExperimentConfig(**common, epochs=3, resume=True, validation_fraction=0)
     )
     assert extended["epochs_trained"] == 1  # the one epoch left
     assert len(extended["history"]) == 3
+
+
+def test_embedders_strategy_takes_auto_and_names_a_bad_value():
+    """TPSLStrategy resolves "auto" by the run config's rule (constructor epochs)."""
+    import numpy as np
+
+    from tpsl_flwr import NoiseKey, make_mechanism
+    from tpsl_flwr.models import TopModel
+    from tpsl_flwr.parties import LabelParty, adam
+    from tpsl_flwr.strategies import TPSLStrategy
+
+    labels = np.random.default_rng(0).integers(0, 2, size=30_000)
+
+    def party():
+        return LabelParty(
+            TopModel(4, hidden=(4,), num_outputs=1),
+            labels,
+            make_mechanism("laplace", epsilon=1.0),
+            NoiseKey.from_seed(1),
+            optimizer=adam(0.01),
+        )
+
+    long = TPSLStrategy(party(), epochs=3, validation_fraction="auto")
+    short = TPSLStrategy(party(), epochs=2, validation_fraction="auto")
+    assert long.validation.active and not short.validation.active
+    with pytest.raises(ConfigError, match="'most'"):
+        TPSLStrategy(party(), epochs=3, validation_fraction="most")

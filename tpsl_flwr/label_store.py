@@ -51,7 +51,7 @@ import torch
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.label_set import LabelSet, label_digest
 from tpsl_flwr.ledger import PrivacyLedger
-from tpsl_flwr.noise_binding import LabelRecords, NoiseBinding
+from tpsl_flwr.noise_binding import NOT_NOISE, LabelRecords, NoiseBinding
 from tpsl_flwr.privacy.accounting import PrivacySpent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.private_files import make_private_dir, read_private, write_private
@@ -281,11 +281,20 @@ class LabelStore:
         if check != self._label_check(key, labels):
             changed.append("labels (the label column or its records changed)")
         if changed:
+            hold_out = [c for c in changed if c.split(" (")[0] in NOT_NOISE]
+            why = (
+                f". The same key (fingerprint {key.fingerprint}) would release a "
+                "second, correlated draw for the same labels; start a new run instead"
+                if len(hold_out) < len(changed)
+                else ": ids trained on would be held out (or held-out ids, whose "
+                "noisy labels the validation used, trained on); resume with the "
+                "checkpoint's value (e.g. --validation-fraction "
+                f"{bound.settings.get('validation-fraction')}) or start a new run"
+            )
             raise PrivacyError(
                 "cannot resume: changed since the checkpoint: "
                 + ", ".join(changed)
-                + f". The same key (fingerprint {key.fingerprint}) would release a "
-                "second, correlated draw for the same labels; start a new run instead"
+                + why
             )
         view = continue_release(
             book,

@@ -24,9 +24,10 @@ __all__ = ["NOT_NOISE", "LabelRecords", "NoiseBinding"]
 NOT_NOISE = frozenset({"validation-fraction"})
 """Bound settings that a resume must keep but that fix no noise word.
 
-Which ids are held out for validation: the held-out ids' noisy labels are the
-same draws (the transcript stream of epoch 0) whether they are held out or
-trained on, so two runs that differ only here release the same noisy labels.
+Which ids are held out for validation: a held-out id's noisy label is drawn
+on the transcript stream of epoch 0, the draw training gives it in its first
+epoch (with or without ``reuse-noise``), so two runs that differ only here
+release the same noisy labels.
 """
 
 

@@ -93,7 +93,7 @@ def validation_mode(value: object) -> float | str:
             f"validation-fraction must be 'auto' or in [0, {MAX_FRACTION}), "
             f"got {value!r}"
         )
-    return number
+    return number + 0.0  # -0.0 -> 0.0
 
 
 def resolve_validation(

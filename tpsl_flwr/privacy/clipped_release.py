@@ -21,10 +21,10 @@ coordinate ``1 + U`` clips to ``1 - clip(-U, 0, 1)``), so
 
 is again unbiased for ``e_y``, with per-coordinate variance ``w / (1 - 2 m)^2``
 whatever the label: 1.21 against 2 at ``eps = 1`` (binary ``b = 1``), 0.32
-against 0.5 at ``eps = 2``, about half of ``2 b^2`` at small and large
-epsilon. (Two classes: ``t = (1 - t_1, t_1)`` exactly, since ``clip(1 - s) = 1
-- clip(s)``; rows still sum to 1.) Among unbiased estimates it is within
-1% of the least variance at ``eps <= 2`` (the least being an affine map of the
+against 0.5 at ``eps = 2``; about half of ``2 b^2`` at small epsilon and 3/8 of
+it at large. (Two classes: ``t = (1 - t_1, t_1)`` exactly, since ``clip(1 - s)
+= 1 - clip(s)``; rows still sum to 1.) Among unbiased estimates it is within 1%
+of the least variance at ``eps <= 2`` (the least being an affine map of the
 posterior under a uniform prior, with no closed form; measured over 2M draws:
 1.208 against 1.208 at ``eps = 1``, 0.315 against 0.313 at 2, 0.073 against
 0.067 at 4).
@@ -34,8 +34,9 @@ of the ``(eps, 0)``-DP release, so epsilon is unchanged; and since the clipped
 release is sufficient, the best attack on it is exactly as strong as on ``c``
 (the SDA's closed form still holds). The Laplace noise is the discrete Laplace
 law on the grid ``2^-20`` (:mod:`tpsl_flwr.privacy.exact_laplace`); ``m`` and
-``w`` are the continuous law's at the realized scale ``b = t L``, so ``t`` is
-unbiased up to the grid (a relative error of order ``2^-20 / b``).
+``w`` are the continuous law's at the realized scale ``b = t L``; under the exact
+discrete law the bias of ``t`` is -1.3e-13 at ``eps = 1``, -3.9e-12 at 50 and
+-3.9e-8 at ``2^19``, far below its noise.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import math
 
 import numpy as np
 
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.errors import ConfigError, PrivacyError
 
 __all__ = ["clip_moments", "clipped_unbiased", "clipped_variance"]
 
@@ -79,7 +80,8 @@ def clip_moments(scale: float) -> tuple[float, float]:
     kept = -math.expm1(-1.0 / b)  # 1 - e^(-1/b), exact for large b
     m = 0.5 * b * kept
     # E[clip^2] = b^2 (1 - e^(-1/b)) - b e^(-1/b): two terms of size b whose
-    # difference tends to 1/2, so each is formed without a b^2 cancellation.
+    # difference tends to 1/2 (relative error ~ b 1e-16: <= 3e-10 for every
+    # accepted scale), rather than two of size b^2.
     second = b * b * kept - b * math.exp(-1.0 / b)
     return m, second - m * m
 
@@ -112,6 +114,12 @@ def clipped_unbiased(coefficients: np.ndarray, scale: float) -> np.ndarray:
         ``(n, k)`` float64 ``(clip(c, 0, 1) - m) / (1 - 2 m)``: mean ``e_y``,
         per-coordinate variance :func:`clipped_variance`.
 
+    Raises
+    ------
+    PrivacyError
+        For coefficients that are not finite (fail closed: clipping would hide
+        them).
+
     Examples
     --------
     >>> clipped_unbiased(np.array([[1.0, 0.0], [-3.0, 4.0]]), 1.0).round(4)
@@ -119,5 +127,8 @@ def clipped_unbiased(coefficients: np.ndarray, scale: float) -> np.ndarray:
            [-0.8591,  1.8591]])
     """
     m, _ = clip_moments(scale)
-    clipped = np.clip(np.asarray(coefficients, dtype=np.float64), 0.0, 1.0)
+    c = np.asarray(coefficients, dtype=np.float64)
+    if not np.isfinite(c).all():
+        raise PrivacyError("noisy label coefficients are not finite")
+    clipped = np.clip(c, 0.0, 1.0)
     return (clipped - m) / (1.0 - 2.0 * m)

@@ -24,15 +24,18 @@ What the stopping decision reveals, and why the stated epsilon holds:
   (:func:`validation_ids`): a function of the id alone, never of a label.
 * **The score uses noisy labels only.** Validation ids are never trained on.
   Their labels pass through the run's own mechanism once, with the label
-  party's key (the transcript stream of epoch 0, fixed whatever
-  ``reuse_noise``), and the score is the mean log loss against those noisy
-  labels, debiased to be an unbiased estimate of the clean log loss
-  (:func:`noisy_validation_loss`). Every decision made from it, the epoch kept
-  and the ``keep-best`` messages the nodes see, is post-processing of an
-  ``epsilon``-DP release of each validation label (Dwork and Roth, Prop. 2.1),
-  on labels disjoint from the training labels; so every label, trained on or
-  held out, stays within the run's epsilon. Without protection (``none``) the
-  score uses clean labels, as there is nothing to keep.
+  party's key (the transcript stream of epoch 0, as training draws it: the one
+  stream of every epoch with ``reuse_noise``, else epoch 0's fresh one, so a
+  held-out label's draw is the one it would get if trained on, and two runs
+  differing only in the hold-out release the same draws), and the score is the
+  mean log loss against those noisy labels, debiased to be an unbiased
+  estimate of the clean log loss (:func:`noisy_validation_loss`). Every
+  decision made from it, the epoch kept and the ``keep-best`` messages the
+  nodes see, is post-processing of an ``epsilon``-DP release of each
+  validation label (Dwork and Roth, Prop. 2.1), on labels disjoint from the
+  training labels; so every label, trained on or held out, stays within the
+  run's epsilon. Without protection (``none``) the score uses clean labels, as
+  there is nothing to keep.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import torch
 from tpsl_flwr.data.membership import hash_uniform
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.parties.label_party import noise_stream
 from tpsl_flwr.privacy.mechanisms import Mechanism
 from tpsl_flwr.privacy.noisy_labels import STREAM_TRANSCRIPT, draw_noisy_labels
 from tpsl_flwr.privacy.perturb import per_class_losses
@@ -121,7 +125,9 @@ def check_validation_mechanism(mechanism: Mechanism) -> None:
 def unbiased_targets(party: LabelParty, ids: np.ndarray) -> np.ndarray:
     """Each validation label's noisy coefficients, debiased: ``E = one_hot(y)``.
 
-    Laplace coefficients ``e_y + noise`` have mean ``e_y`` already. Randomized
+    Drawn on epoch 0's transcript stream (:func:`noise_stream`), the draw
+    training would give the id. Laplace: ``e_y + noise`` clipped to ``[0, 1]``
+    and debiased (:mod:`~tpsl_flwr.privacy.clipped_release`). Randomized
     response's one-hot ``e_{y~}`` has mean ``q e_y + (1 - q)/(k - 1) (1 - e_y)``
     (``q`` the keep probability), so ``(c - r) / (q - r)`` with
     ``r = (1 - q)/(k - 1)`` is unbiased. ``none`` returns the clean labels.
@@ -135,9 +141,8 @@ def unbiased_targets(party: LabelParty, ids: np.ndarray) -> np.ndarray:
     """
     mechanism = party.mechanism
     check_validation_mechanism(mechanism)
-    noisy = draw_noisy_labels(
-        mechanism, party.labels[ids], ids, party.key, STREAM_TRANSCRIPT
-    )
+    stream = noise_stream(STREAM_TRANSCRIPT, 0, party.reuse_noise)
+    noisy = draw_noisy_labels(mechanism, party.labels[ids], ids, party.key, stream)
     return unbiased_coefficients(mechanism=mechanism, coefficients=noisy.coefficients)
 
 

@@ -33,6 +33,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
+from tpsl_flwr.experiments.validation_settings import resolve_validation
 from tpsl_flwr.label_store import LabelStore, Release
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.parties.optim import lr_scale
@@ -129,7 +130,9 @@ class TPSLStrategy(Strategy):
         Hold out this fraction of the training ids, by a hash of the id alone,
         score every epoch on their noisy labels and restore the best epoch's
         models at the end (:mod:`~tpsl_flwr.strategies.selection`); 0: train
-        on every id and keep the last epoch.
+        on every id and keep the last epoch; ``"auto"``: the run config's rule
+        (:func:`~tpsl_flwr.experiments.validation_settings.resolve_validation`,
+        from the training rows, epochs and mechanism).
     lr_schedule
         ``constant`` or ``cosine`` (:func:`~tpsl_flwr.parties.optim.lr_scale`);
         each message tells the nodes the scale of the gradients it carries.
@@ -161,7 +164,7 @@ class TPSLStrategy(Strategy):
         poll_interval: float = MAX_INTERVAL,
         store: LabelStore | None = None,
         release: Release | None = None,
-        validation_fraction: float = 0.0,
+        validation_fraction: float | str = 0.0,
         lr_schedule: str = "constant",
         pipeline_depth: int = 0,
         wire_dtype: str = "float32",
@@ -195,7 +198,13 @@ class TPSLStrategy(Strategy):
         self._state = StepState()
         self.lr_schedule = lr_schedule
         lr_scale(lr_schedule, 0, 1)  # refuses an unknown schedule
-        self.validation = Validation(self.num_train, validation_fraction, order_seed)
+        fraction = resolve_validation(  # "auto" as the run config resolves it
+            validation_fraction,
+            train_rows=self.num_train,
+            epochs=self.epochs,
+            mechanism=self.party.mechanism.name,
+        )
+        self.validation = Validation(self.num_train, fraction, order_seed)
         self.best = self.validation.best if self.validation.active else None
         if self.validation.active:
             check_validation_mechanism(label_party.mechanism)  # before any step
