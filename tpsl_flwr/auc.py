@@ -45,14 +45,42 @@ def binary_auc(labels: ArrayLike, scores: ArrayLike) -> float:
     n_neg = s.size - n_pos
     if n_pos == 0 or n_neg == 0:
         return float("nan")
-    order = np.argsort(s, kind="stable")
-    sorted_scores = s[order]
-    first = np.r_[True, sorted_scores[1:] != sorted_scores[:-1]]
+    return float((_rank_sum(s, pos) - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def _rank_sum(scores: np.ndarray, selected: np.ndarray) -> float:
+    """Sum of the mid-ranks (1-based, ties averaged) of ``scores[selected]``.
+
+    Each temporary is freed as soon as it is used and the tie groups' mid-ranks
+    are built in place, so at most about five ``n``-value arrays are alive at
+    once (the test set grows with the rows, issue 22). The ranks and their
+    summation order are those of ``ranks[selected].sum()`` over the full rank
+    vector, so the AUC is bitwise the same as building it whole.
+    """
+    n = scores.size
+    order = np.argsort(scores, kind="stable")
+    first = np.empty(n, dtype=bool)  # first of its tie group, in sorted order
+    first[0] = True
+    sorted_scores = scores[order]
+    np.not_equal(sorted_scores[1:], sorted_scores[:-1], out=first[1:])
+    del sorted_scores
+    group = np.cumsum(first)
+    group -= 1
     starts = np.flatnonzero(first)
-    ends = np.r_[starts[1:], s.size]
-    ranks = np.empty(s.size)
-    ranks[order] = ((starts + ends + 1) / 2.0)[np.cumsum(first) - 1]
-    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+    del first
+    mid = np.empty(starts.size)  # (start + end + 1) / 2, exact in float64
+    mid[:-1] = starts[1:]
+    mid[-1] = n
+    mid += starts
+    del starts
+    mid += 1
+    mid /= 2.0
+    ranks_sorted = mid[group]
+    del mid, group
+    ranks = np.empty(n)
+    ranks[order] = ranks_sorted
+    del order, ranks_sorted
+    return float(ranks[selected].sum())
 
 
 def auc_standard_error(auc: float, n_pos: int, n_neg: int) -> float:

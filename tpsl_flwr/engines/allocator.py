@@ -36,6 +36,7 @@ __all__ = [
     "MMAP_THRESHOLD",
     "TRIM_THRESHOLD",
     "allocator_choice",
+    "trim_heap",
     "tune_allocator",
 ]
 
@@ -148,6 +149,44 @@ def tune_allocator(
     ok = mallopt(_M_TRIM_THRESHOLD, trim_threshold) == 1 and ok
     _applied = (mmap_threshold, trim_threshold) if ok else None
     return ok
+
+
+def trim_heap() -> bool:
+    """Give the heap's free pages back to the system (glibc ``malloc_trim(0)``).
+
+    For a phase that frees large blocks it will not reuse soon (the
+    evaluation query frees each chunk's embeddings, issue 22): glibc keeps
+    freed heap blocks resident otherwise, so the resident set grows with the
+    number of chunks. A few milliseconds; allocations and values unchanged.
+
+    Returns
+    -------
+    bool
+        True if glibc was asked (whether or not it had pages to give back);
+        False on another C library.
+    """
+    libc = _glibc()
+    if libc is None:
+        return False
+    libc.malloc_trim.argtypes = (ctypes.c_size_t,)
+    libc.malloc_trim.restype = ctypes.c_int
+    libc.malloc_trim(0)
+    return True
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The C library if it is glibc, else None."""
+    try:
+        version = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError, AttributeError):  # not a glibc system
+        return None
+    name = ctypes.util.find_library("c") if version.startswith("glibc") else None
+    if name is None:
+        return None
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
 
 
 def _glibc_mallopt() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
