@@ -290,16 +290,15 @@ def round_trip_seconds(results: dict[str, Any]) -> float:
 
 
 def _absolute_paths(run_config: dict[str, Any]) -> dict[str, Any]:
-    """``run_config`` with every non-empty ``*-dir``/``*-path`` made absolute.
+    """``run_config`` with every set path made absolute, ``~`` expanded.
 
-    The ServerApp and the ClientApps run in other processes and folders.
+    The ServerApp and the ClientApps run in other processes and folders; the
+    same rule as ``tpsl-flwr flower-run``
+    (:func:`~tpsl_flwr.engines.flower_run.absolute_paths`).
     """
-    return {
-        key: str(Path(value).resolve())
-        if key.endswith(("-dir", "-path")) and isinstance(value, str) and value
-        else value
-        for key, value in run_config.items()
-    }
+    from tpsl_flwr.engines.flower_run import absolute_paths
+
+    return {**run_config, **absolute_paths(run_config, {})}
 
 
 def _run_on_deployment(
