@@ -29,25 +29,9 @@ from tpsl_flwr.data.ctr.formats import AVAZU_COLUMNS, CRITEO_CATEGORICAL, CRITEO
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.models import BottomModel, TopModel
 from tpsl_flwr.testing import write_avazu, write_criteo
+from tpsl_flwr.testing.reference_hash import reference_hash
 
 BUCKETS = 1000
-_M = (1 << 64) - 1
-
-
-def _ref_hash(token: bytes, column: str, buckets: int, seed: int = 0) -> int:
-    """The documented hash, written out in plain Python integers."""
-    if not token:
-        return 0
-    h = 0xCBF29CE484222325
-    for b in column.encode() + b"\x1f" + token:
-        h = ((h ^ b) * 0x100000001B3) & _M
-    h ^= (seed * 0x9E3779B97F4A7C15) & _M
-    h ^= h >> 33
-    h = (h * 0xFF51AFD7ED558CCD) & _M
-    h ^= h >> 33
-    h = (h * 0xC4CEB9FE1A85EC53) & _M
-    h ^= h >> 33
-    return 1 + h % (buckets - 1)
 
 
 def _criteo_line(label: str = "0", **fields: str) -> str:
@@ -110,7 +94,7 @@ def test_hash_matches_the_documented_formula() -> None:
             # Execute
             got = hash_tokens(tokens, column, buckets, seed).tolist()
             # Assert
-            assert got == [_ref_hash(t, column, buckets, seed) for t in tokens]
+            assert got == [reference_hash(t, column, buckets, seed) for t in tokens]
 
 
 # -------------------------------------------------------------- criteo loads
@@ -145,7 +129,7 @@ def test_encoding_matches_the_file_line_by_line(criteo_file: Path) -> None:
     assert s.train.labels[:200].tolist() == labels
     for j, col in enumerate(CRITEO_CATEGORICAL):
         tokens = [f[14 + j].encode() for f in fields]
-        want = [_ref_hash(t, col, BUCKETS) for t in tokens]
+        want = [reference_hash(t, col, BUCKETS) for t in tokens]
         assert s.train.categorical[:200, j].tolist() == want
     raw = np.array(
         [[int(v) if v else 0 for v in f[1:14]] for f in fields], dtype=np.float64
@@ -175,8 +159,8 @@ def test_missing_values(tmp_path: Path) -> None:
     # Assert
     cat = s.train.categorical
     assert cat[0, 0] == 0 and cat[0, 25] == 0 and cat[2, 2] != 0
-    assert cat[1, 0] == _ref_hash(b"abcd1234", "C1", BUCKETS)
-    assert cat[2, 0] == _ref_hash(b"deadbeef", "C1", BUCKETS)
+    assert cat[1, 0] == reference_hash(b"abcd1234", "C1", BUCKETS)
+    assert cat[2, 0] == reference_hash(b"deadbeef", "C1", BUCKETS)
     # I1 missing on rows 0 and 2 -> the same transformed value (0) before scaling
     assert s.train.numeric[0, 0] == s.train.numeric[2, 0]
     # I2: -2 keeps its sign, missing and 0 both map to 0

@@ -22,24 +22,9 @@ from tpsl_flwr.data.ctr.formats import CRITEO_CATEGORICAL, CRITEO_NUMERIC
 from tpsl_flwr.data.ctr.gather import gather_rows
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.testing import write_criteo
+from tpsl_flwr.testing.reference_hash import reference_hash
 
 BUCKETS = 2**15
-_M = (1 << 64) - 1
-
-
-def _ref_hash(token: bytes, column: str, buckets: int) -> int:
-    """The documented hash (seed 0) in plain Python integers."""
-    if not token:
-        return 0
-    h = 0xCBF29CE484222325
-    for b in column.encode() + b"\x1f" + token:
-        h = ((h ^ b) * 0x100000001B3) & _M
-    h ^= h >> 33
-    h = (h * 0xFF51AFD7ED558CCD) & _M
-    h ^= h >> 33
-    h = (h * 0xC4CEB9FE1A85EC53) & _M
-    h ^= h >> 33
-    return 1 + h % (buckets - 1)
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -74,7 +59,10 @@ def _reference_entry(path: Path) -> dict[str, bytes]:
         numeric[:, j] = t.astype(np.float32)
     categorical = np.array(
         [
-            [_ref_hash(r[14 + j], c, BUCKETS) for j, c in enumerate(CRITEO_CATEGORICAL)]
+            [
+                reference_hash(r[14 + j], c, BUCKETS)
+                for j, c in enumerate(CRITEO_CATEGORICAL)
+            ]
             for r in rows
         ],
         dtype=np.int32,

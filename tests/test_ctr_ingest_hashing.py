@@ -15,24 +15,7 @@ import pytest
 
 from tpsl_flwr.data.ctr.hashing import fmix64, hash_buckets_of, hash_tokens
 from tpsl_flwr.data.ctr.parse import field_of
-
-_M = (1 << 64) - 1
-
-
-def _ref_hash(token: bytes, column: str, buckets: int, seed: int = 0) -> int:
-    """The documented hash in plain Python integers (0 for an empty token)."""
-    if not token:
-        return 0
-    h = 0xCBF29CE484222325
-    for b in column.encode() + b"\x1f" + token:
-        h = ((h ^ b) * 0x100000001B3) & _M
-    h ^= (seed * 0x9E3779B97F4A7C15) & _M
-    h ^= h >> 33
-    h = (h * 0xFF51AFD7ED558CCD) & _M
-    h ^= h >> 33
-    h = (h * 0xC4CEB9FE1A85EC53) & _M
-    h ^= h >> 33
-    return 1 + h % (buckets - 1)
+from tpsl_flwr.testing.reference_hash import reference_hash
 
 
 def _tokens(rng: np.random.Generator, kind: str, n: int) -> list[bytes]:
@@ -65,7 +48,7 @@ def test_codes_equal_the_formula_on_random_tokens(kind: str) -> None:
         got = hash_tokens(tokens, "C3", buckets, seed)
         # Assert
         assert got.dtype == np.int64
-        assert got.tolist() == [_ref_hash(t, "C3", buckets, seed) for t in tokens]
+        assert got.tolist() == [reference_hash(t, "C3", buckets, seed) for t in tokens]
 
 
 def test_sliced_arrow_chunk_with_int32_offsets() -> None:
@@ -81,7 +64,7 @@ def test_sliced_arrow_chunk_with_int32_offsets() -> None:
     got64 = hash_buckets_of(f.data, f.offsets, "C9", 2**15)
     got32 = hash_buckets_of(data, offsets32, "C9", 2**15)
     # Assert
-    want = [_ref_hash(t, "C9", 2**15) for t in tokens[37:237]]
+    want = [reference_hash(t, "C9", 2**15) for t in tokens[37:237]]
     assert got64.tolist() == want
     assert got32.tolist() == want
 
@@ -94,7 +77,7 @@ def test_edge_layouts(tokens: list[bytes]) -> None:
     # Execute
     got = hash_tokens(tokens, "C1", 1000).tolist()
     # Assert
-    assert got == [_ref_hash(t, "C1", 1000) for t in tokens]
+    assert got == [reference_hash(t, "C1", 1000) for t in tokens]
 
 
 def test_fixed_and_mixed_widths_agree_on_shared_tokens() -> None:
