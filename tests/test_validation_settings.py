@@ -13,6 +13,17 @@ from tpsl_flwr.experiments.validation_settings import (
     validation_mode,
 )
 
+SMALL_RUN = dict(
+    dataset="synthetic-ctr",
+    rows=30_000,  # 24k trained: 10% is 2400 ids, over AUTO_MIN_IDS
+    mechanism="laplace",
+    epsilon=1.0,
+    noise_seed=0,
+    audit=False,
+    batch_size=1024,
+)
+"""A quick run whose 10% hold-out is large enough for ``auto``."""
+
 
 @pytest.mark.parametrize(
     ("rows", "epochs", "mechanism", "expected"),
@@ -66,15 +77,7 @@ def test_gaussian_runs_with_the_default_and_refuses_an_explicit_hold_out():
 def test_results_report_the_resolved_fraction_and_the_strategy_uses_it(tmp_path):
     """A 3-epoch run of 30k synthetic rows (24k trained: 2400 ids) holds out;
     with 2 epochs it does not."""
-    common = dict(
-        dataset="synthetic-ctr",
-        rows=30_000,
-        mechanism="laplace",
-        epsilon=1.0,
-        noise_seed=0,
-        audit=False,
-        batch_size=1024,
-    )
+    common = SMALL_RUN
     long = run_experiment(
         ExperimentConfig(**common, epochs=3, out_dir=str(tmp_path / "long"))
     )
@@ -89,17 +92,7 @@ def test_results_report_the_resolved_fraction_and_the_strategy_uses_it(tmp_path)
 
 def test_extending_a_run_across_the_epoch_line_names_the_hold_out(tmp_path):
     """auto resolves again on resume: 2 -> 3 epochs would hold out ids trained on."""
-    common = dict(
-        dataset="synthetic-ctr",
-        rows=30_000,
-        mechanism="laplace",
-        epsilon=1.0,
-        noise_seed=0,
-        audit=False,
-        batch_size=1024,
-        checkpoint=True,
-        out_dir=str(tmp_path / "run"),
-    )
+    common = dict(**SMALL_RUN, checkpoint=True, out_dir=str(tmp_path / "run"))
     run_experiment(ExperimentConfig(**common, epochs=2))
     with pytest.raises(
         PrivacyError, match=r"validation-fraction \(0.0 -> 0.1\)"
