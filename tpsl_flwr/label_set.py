@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tpsl_flwr.compact_ints import chunks, is_strictly_increasing
 from tpsl_flwr.errors import ConfigError
 
 __all__ = ["MIN_PREFIX_BITS", "MIN_RECORDS", "LabelSet", "label_digest"]
@@ -44,6 +45,14 @@ _DOMAIN = b"tpsl-flwr label set v1"
 
 
 def _canonical(ids: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The records in increasing id order, each array in its own dtype.
+
+    Records already in id order (what the views and
+    :meth:`~tpsl_flwr.noise_binding.LabelRecords.of_splits` give) are not
+    sorted or copied: at the paper's 45M rows a sort's index and int64 copies
+    would cost ~1.4 GB of temporaries. :func:`_digest` hashes int64 bytes
+    whatever the held dtype, so the fingerprint does not depend on it.
+    """
     record_ids = np.asarray(ids)
     values = np.asarray(labels)
     if record_ids.ndim != 1 or values.ndim != 1 or record_ids.size != values.size:
@@ -55,11 +64,13 @@ def _canonical(ids: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndar
         raise ConfigError("a label set needs at least one record, got none")
     if not np.issubdtype(record_ids.dtype, np.integer) or record_ids.min() < 0:
         raise ConfigError(f"record ids must be integers >= 0, got {record_ids.dtype}")
+    if is_strictly_increasing(record_ids):
+        return record_ids, values
     order = np.argsort(record_ids, kind="stable")
-    sorted_ids = np.ascontiguousarray(record_ids[order], dtype="<i8")
-    if np.any(np.diff(sorted_ids) == 0):
+    sorted_ids = record_ids[order]
+    if not is_strictly_increasing(sorted_ids):
         raise ConfigError("record ids must be distinct in a label set")
-    return sorted_ids, np.ascontiguousarray(values[order], dtype="<i8")
+    return sorted_ids, values[order]
 
 
 def label_digest(key: bytes, ids: np.ndarray, labels: np.ndarray) -> bytes:
@@ -72,16 +83,20 @@ def label_digest(key: bytes, ids: np.ndarray, labels: np.ndarray) -> bytes:
     True
     >>> a == label_digest(b"k", np.array([0, 1]), np.array([1, 1]))
     False
+    >>> a == label_digest(b"k", np.array([0, 1], np.int32), np.array([0, 1], np.int8))
+    True
     """
     sorted_ids, values = _canonical(ids, labels)
     return _digest(key, sorted_ids, values)
 
 
 def _digest(key: bytes, ids: np.ndarray, labels: np.ndarray) -> bytes:
+    """HMAC of the count, then every id, then every label, as int64 bytes."""
     mac = hmac.new(key, _DOMAIN, hashlib.sha256)
     mac.update(len(ids).to_bytes(8, "little"))
-    mac.update(ids.tobytes())
-    mac.update(labels.tobytes())
+    for column in (ids, labels):
+        for part in chunks(len(column)):
+            mac.update(np.ascontiguousarray(column[part], dtype="<i8").tobytes())
     return mac.digest()
 
 

@@ -116,3 +116,33 @@ class LabelRecords:
 
     ids: np.ndarray
     labels: np.ndarray
+
+    @classmethod
+    def of_splits(
+        cls,
+        train_ids: np.ndarray,
+        train_labels: np.ndarray,
+        test_ids: np.ndarray,
+        test_labels: np.ndarray,
+    ) -> LabelRecords:
+        """Train and test records merged in increasing id order.
+
+        Both splits' ids are increasing (the views'); merging by binary search
+        spares the label set's fingerprint a sort of every record (its index
+        alone is 8 bytes a row). Ids and labels keep their dtypes.
+
+        Examples
+        --------
+        >>> r = LabelRecords.of_splits(
+        ...     np.array([0, 3]), np.array([1, 0]), np.array([1, 2]), np.array([0, 1]))
+        >>> r.ids.tolist(), r.labels.tolist()
+        ([0, 1, 2, 3], [1, 0, 0, 1])
+        """
+        n = train_ids.size + test_ids.size
+        at_test = np.zeros(n, dtype=bool)
+        at_test[np.searchsorted(train_ids, test_ids) + np.arange(test_ids.size)] = True
+        ids = np.empty(n, dtype=np.result_type(train_ids, test_ids))
+        labels = np.empty(n, dtype=np.result_type(train_labels, test_labels))
+        ids[~at_test], ids[at_test] = train_ids, test_ids
+        labels[~at_test], labels[at_test] = train_labels, test_labels
+        return cls(ids, labels)

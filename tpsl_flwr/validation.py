@@ -11,6 +11,7 @@ import math
 from numbers import Integral, Real
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from tpsl_flwr.errors import ConfigError
 
@@ -100,8 +101,10 @@ def check_num_classes(num_classes: object) -> int:
     return check_int(num_classes, "classes", minimum=2)
 
 
-def check_labels(labels: object, num_classes: int) -> np.ndarray:
-    """Return ``labels`` as a non-empty int64 vector with values in ``[0, k)``.
+def check_labels(
+    labels: object, num_classes: int, dtype: DTypeLike = np.int64
+) -> np.ndarray:
+    """Return ``labels`` as a non-empty integer vector with values in ``[0, k)``.
 
     Parameters
     ----------
@@ -109,11 +112,15 @@ def check_labels(labels: object, num_classes: int) -> np.ndarray:
         Array-like of integer class labels.
     num_classes
         The number of classes ``k``.
+    dtype
+        The returned dtype: int64, or a narrower one that holds ``k - 1``
+        (:func:`~tpsl_flwr.compact_ints.label_dtype`, for labels held a whole
+        run). Integer input is range-checked before any conversion.
 
     Returns
     -------
     numpy.ndarray
-        The labels as a 1-D ``int64`` array.
+        The labels as a 1-D array of ``dtype``.
 
     Raises
     ------
@@ -131,6 +138,8 @@ def check_labels(labels: object, num_classes: int) -> np.ndarray:
             raise ConfigError(f"labels must be integers, got {bad}")
     elif array.dtype.kind not in "iub":
         raise ConfigError(f"labels must be integers, got dtype {array.dtype}")
+    if array.dtype.kind in "iub" and 0 <= array.min() and array.max() < num_classes:
+        return array.astype(dtype)  # in range: no int64 copy of every label
     as_int = array.astype(np.int64)
     out_of_range = (as_int < 0) | (as_int >= num_classes)
     if np.any(out_of_range):
@@ -139,7 +148,7 @@ def check_labels(labels: object, num_classes: int) -> np.ndarray:
             f"labels must lie in [0, {num_classes}), got {bad} "
             f"({int(out_of_range.sum())} of {as_int.size} out of range)"
         )
-    return as_int
+    return as_int.astype(dtype, copy=False)
 
 
 def check_sample_ids(ids: object, expected_length: int | None = None) -> np.ndarray:

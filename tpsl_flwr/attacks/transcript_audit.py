@@ -95,7 +95,7 @@ class TranscriptAudit:
         dispatched = party.train_step(ids, embeddings, epoch=epoch)
         started = time.perf_counter()
         grad = dispatched.numpy()
-        labels = party.labels[ids]
+        labels = party.labels[ids].astype(np.int64)  # held compact (int8)
         kept = np.asarray(ids).copy()
         records = [
             BatchRecord(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpsl_flwr.compact_ints import chunks, true_positions
 from tpsl_flwr.errors import ConfigError
 
 __all__ = [
@@ -70,10 +71,16 @@ def hash_uniform(record_ids: np.ndarray, seed: int) -> np.ndarray:
     >>> hash_uniform(np.array([0, 1, 2]), seed=0).round(6).tolist()
     [0.158012, 0.789194, 0.374118]
     """
-    ids = np.asarray(record_ids).astype(np.uint64)
+    given = np.asarray(record_ids)
+    ids = given.reshape(-1)
     key = _mix(np.array([(int(seed) * _GOLDEN + _DOMAIN) & _MASK], dtype=np.uint64))
-    z = _mix(key + (ids + np.uint64(1)) * np.uint64(_GOLDEN))
-    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    out = np.empty(ids.shape, dtype=np.float64)
+    for part in chunks(ids.size):  # bounded temporaries at any row count
+        z = _mix(
+            key + (ids[part].astype(np.uint64) + np.uint64(1)) * np.uint64(_GOLDEN)
+        )
+        out[part] = (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return out.reshape(given.shape)
 
 
 def hash_is_test(
@@ -109,7 +116,11 @@ def hash_is_test(
     [True, False, True, False, True, False]
     """
     check_fraction(test_fraction)
-    return hash_uniform(record_ids, seed) < float(test_fraction)
+    ids = np.asarray(record_ids)
+    out = np.empty(ids.shape, dtype=bool)
+    for part in chunks(ids.size):
+        out[part] = hash_uniform(ids[part], seed) < float(test_fraction)
+    return out
 
 
 def tail_is_test(n: int, test_fraction: float) -> np.ndarray:
@@ -190,15 +201,16 @@ def split_positions(
     Returns
     -------
     train_pos, test_pos : np.ndarray
-        Increasing int64 positions.
+        Increasing positions (int32 below 2**31 rows,
+        :func:`~tpsl_flwr.compact_ints.true_positions`).
 
     Raises
     ------
     ConfigError
         If train or test is empty.
     """
-    train_pos = np.flatnonzero(~is_test)
-    test_pos = np.flatnonzero(is_test)
+    train_pos = true_positions(~is_test)
+    test_pos = true_positions(is_test)
     if train_pos.size == 0 or test_pos.size == 0:
         raise ConfigError(
             f"{is_test.size} rows are too few to split ({what}, "

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tpsl_flwr.compact_ints import is_strictly_increasing
 from tpsl_flwr.data.mapped import MappedColumns
 from tpsl_flwr.errors import ConfigError
 
@@ -387,7 +388,10 @@ class DatasetSplit:
 
 
 def check_ids(ids: np.ndarray, n: int, what: str) -> None:
-    """Raise unless ``ids`` are ``n`` strictly increasing non-negative int64 ids.
+    """Raise unless ``ids`` are ``n`` strictly increasing non-negative ids.
+
+    int64, or int32 (the compact form of files under 2**31 rows,
+    :mod:`tpsl_flwr.compact_ints`).
 
     Parameters
     ----------
@@ -408,7 +412,7 @@ def check_ids(ids: np.ndarray, n: int, what: str) -> None:
             f"{what} must be a numpy array of shape ({n},), got shape "
             f"{getattr(ids, 'shape', None)}"
         )
-    if ids.dtype != np.int64:
-        raise ConfigError(f"{what} must have dtype int64, got {ids.dtype}")
-    if n and (ids[0] < 0 or (n > 1 and not (np.diff(ids) > 0).all())):
+    if ids.dtype not in (np.int64, np.int32):
+        raise ConfigError(f"{what} must have dtype int64 or int32, got {ids.dtype}")
+    if n and (ids[0] < 0 or not is_strictly_increasing(ids)):
         raise ConfigError(f"{what} must be non-negative and strictly increasing")

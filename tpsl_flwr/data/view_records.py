@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from tpsl_flwr.compact_ints import chunks
 from tpsl_flwr.data.tabular import PartyFeatures, check_ids
 from tpsl_flwr.errors import ConfigError
 
@@ -50,17 +51,28 @@ def id_space_fingerprint(train_ids: np.ndarray, test_ids: np.ndarray) -> str:
     """
     h = hashlib.sha256(b"tpsl-id-space-v1")
     for ids in (train_ids, test_ids):
-        arr = np.ascontiguousarray(ids, dtype="<i8")
-        h.update(len(arr).to_bytes(8, "little"))
-        h.update(arr.tobytes())
+        h.update(len(ids).to_bytes(8, "little"))
+        for part in chunks(len(ids)):  # int64 bytes whatever the held dtype
+            h.update(np.ascontiguousarray(ids[part], dtype="<i8").tobytes())
     return h.hexdigest()
 
 
 def _check_view_ids(view: PartyView | LabelView, n_train: int, n_test: int) -> None:
     check_ids(view.train_ids, n_train, "train_ids")
     check_ids(view.test_ids, n_test, "test_ids")
-    if np.intersect1d(view.train_ids, view.test_ids).size:
+    if _intersect(view.train_ids, view.test_ids):
         raise ConfigError("train_ids and test_ids must be disjoint")
+
+
+def _intersect(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two increasing id arrays share an id (chunked binary search)."""
+    if not a.size:
+        return False
+    for part in chunks(b.size):
+        pos = np.minimum(np.searchsorted(a, b[part]), a.size - 1)
+        if (a[pos] == b[part]).any():
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -72,7 +84,8 @@ class PartyView:
     train, test : PartyFeatures
         The party's columns of the train and test records, in record-id order.
     train_ids, test_ids : np.ndarray
-        Record ids (int64, increasing); the wire id of a record is its position.
+        Record ids (increasing; int64, or int32 below 2**31 records); the wire
+        id of a record is its position.
 
     Raises
     ------
@@ -101,11 +114,12 @@ class LabelView:
     Parameters
     ----------
     train_labels, test_labels : np.ndarray
-        int64 labels in ``[0, num_classes)``, in record-id order.
+        Signed integer labels in ``[0, num_classes)``, in record-id order
+        (int64, or int8 for a CTR file: 1 byte a row).
     num_classes : int
         Number of classes.
     train_ids, test_ids : np.ndarray
-        Record ids (int64, increasing).
+        Record ids (increasing; int64, or int32 below 2**31 records).
     info : dict
         Facts as in :attr:`~tpsl_flwr.data.DatasetSplit.info`: ``rows``,
         ``train_rows``, ``test_rows``, ``num_classes``, ``num_numeric``,
@@ -128,8 +142,11 @@ class LabelView:
     def __post_init__(self) -> None:
         _check_view_ids(self, len(self.train_labels), len(self.test_labels))
         for what, y in (("train", self.train_labels), ("test", self.test_labels)):
-            if y.dtype != np.int64 or y.ndim != 1:
-                raise ConfigError(f"{what}_labels must be 1-d int64, got {y.dtype}")
+            if y.dtype.kind != "i" or y.ndim != 1:
+                raise ConfigError(
+                    f"{what}_labels must be 1-d signed integers (int64, or int8 "
+                    f"and wider), got {y.dtype}"
+                )
             if y.size and (y.min() < 0 or y.max() >= self.num_classes):
                 raise ConfigError(
                     f"{what}_labels must lie in [0, {self.num_classes}), got "

@@ -116,9 +116,8 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
     release = store.open_release(
         binding,
         resume=cfg.resume,
-        labels=LabelRecords(
-            np.concatenate([labels.train_ids, labels.test_ids]),
-            np.concatenate([labels.train_labels, labels.test_labels]),
+        labels=LabelRecords.of_splits(
+            labels.train_ids, labels.train_labels, labels.test_ids, labels.test_labels
         ),
         privacy=privacy_spent(
             mechanism=mechanism,
@@ -276,7 +275,7 @@ def run_label_party(
         # (`tpsl-flwr attack`): the experimenter's file, kept in the label
         # party's private folder, never sent.
         path = LabelStore(cfg.label_party_dir).save_labels(
-            EVALUATION_LABELS, strategy.party.labels
+            EVALUATION_LABELS, strategy.party.labels.astype(np.int64)
         )
         results["evaluation_labels"] = str(path)
     write_results(results, out)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from tpsl_flwr.compact_ints import label_dtype
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import OptimizerFactory, adam
@@ -87,7 +88,8 @@ class LabelParty:
         The top model ``h`` mapping concatenated embeddings to logits (one
         logit for two classes, else ``k``).
     labels
-        Training labels indexed by sample id (``labels[i]`` is sample ``i``'s).
+        Training labels indexed by sample id (``labels[i]`` is sample ``i``'s),
+        held as :func:`~tpsl_flwr.compact_ints.label_dtype`.
     mechanism
         The GradPerturb mechanism (its ``num_classes`` must fit ``labels``).
     key
@@ -132,7 +134,8 @@ class LabelParty:
         denoise_prior: str = "model",
     ) -> None:
         self.top = top
-        self.labels = check_labels(labels, mechanism.num_classes)
+        k = mechanism.num_classes
+        self.labels = check_labels(labels, k, label_dtype(k))  # int8 below 128
         self.mechanism = mechanism
         self.key = key
         self.placement = check_placement(placement)

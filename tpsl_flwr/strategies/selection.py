@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tpsl_flwr.compact_ints import index_dtype, true_positions
 from tpsl_flwr.data.membership import hash_uniform
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.parties import LabelParty
@@ -96,9 +97,9 @@ def validation_ids(num_train: int, fraction: float, seed: int) -> np.ndarray:
         raise ConfigError(f"validation fraction must be in [0, 0.5), got {fraction}")
     if fraction == 0.0:
         return np.zeros(0, dtype=np.int64)
-    positions = np.arange(num_train, dtype=np.int64)
+    positions = np.arange(num_train, dtype=index_dtype(num_train))
     held_out = hash_uniform(positions, seed ^ _VALIDATION_DOMAIN) < fraction
-    return positions[held_out]
+    return positions[held_out].astype(np.int64)
 
 
 def check_validation_mechanism(mechanism: Mechanism) -> None:
@@ -361,8 +362,10 @@ class Validation:
 
     def __init__(self, num_train: int, fraction: float, seed: int) -> None:
         self.ids = validation_ids(num_train, fraction, seed)
-        self.pool = np.setdiff1d(np.arange(num_train, dtype=np.int64), self.ids)
-        """The ids trained on."""
+        trained = np.ones(num_train, dtype=bool)
+        trained[self.ids] = False
+        self.pool = true_positions(trained)
+        """The ids trained on (increasing; int32 below 2**31 ids, held a whole run)."""
         self.best = BestEpoch()
         self._targets: np.ndarray | None = None
 

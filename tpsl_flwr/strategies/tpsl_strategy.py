@@ -239,7 +239,7 @@ class TPSLStrategy(Strategy):
         return list(self._state.pending)
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        """The epoch's batches: a shuffle seeded by ``(order_seed, epoch)`` only."""
+        """The epoch's batches (pool dtype), shuffled by ``(order_seed, epoch)``."""
         rng = np.random.default_rng([self.order_seed, epoch])
         pool = self.validation.pool
         order = pool[rng.permutation(pool.size)]
@@ -285,8 +285,9 @@ class TPSLStrategy(Strategy):
     ) -> Iterable[Message]:
         """Messages carrying the pending perturbed gradients and the next ids."""
         state = self._state
-        state.in_flight = state.batches[
-            state.cursor : state.cursor + self.steps_per_message
+        upto = state.cursor + self.steps_per_message  # ids go out as int64
+        state.in_flight = [
+            b.astype(np.int64) for b in state.batches[state.cursor : upto]
         ]
         state.cursor += len(state.in_flight)
         settings = {P.EPOCH: state.epoch, P.ROUND: server_round, P.SPLIT: "train"}

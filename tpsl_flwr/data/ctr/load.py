@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from tpsl_flwr.compact_ints import index_dtype
 from tpsl_flwr.data.ctr.files import EncodedFile, EncodeOptions, encode_file
 from tpsl_flwr.data.ctr.formats import CTRFormat
 from tpsl_flwr.data.ctr.gather import gather_rows
@@ -260,7 +261,7 @@ def ctr_is_test(
         if hours is None:
             return tail_is_test(n, test_fraction)
         return last_days_is_test(hours, test_days, source)
-    ids = np.arange(n, dtype=np.int64)
+    ids = np.arange(n, dtype=index_dtype(n))
     return hash_is_test(ids, seed=seed, test_fraction=test_fraction)
 
 

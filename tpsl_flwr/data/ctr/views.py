@@ -125,7 +125,7 @@ def side_membership(
     Returns
     -------
     train_ids, test_ids : np.ndarray
-        Increasing int64 record ids.
+        Increasing record ids (int32 below 2**31 rows).
 
     Raises
     ------
@@ -143,7 +143,7 @@ def side_membership(
         source=source,
     )
     train, test = split_positions(is_test, split, test_fraction)
-    return train.astype(np.int64), test.astype(np.int64)
+    return train, test
 
 
 def side_info(fmt: CTRFormat, enc: EncodedFile, split: str) -> dict[str, Any]:
