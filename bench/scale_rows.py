@@ -29,7 +29,11 @@ defaults), ``lean`` (``TPSL_FLWR_MALLOC=lean``: fixed mmap and trim thresholds,
 
 Usage: ``python bench/scale_rows.py [--rows 50000,200000,500000] [--audit
 both|on|off] [--repeat R] [--malloc glibc|lean|both] [--keep DIR] [-- extra
-simulate flags]``.
+simulate flags]``. Each run also prints its start: the seconds until it logs
+``Connected to`` (loading, views, strategy; the first run of a size writes the
+cache, the others read it). With ``--keep DIR`` each run's ``results.json``
+and timestamped log are kept there too (``results-ROWS-AUDIT-MALLOC-REPEAT.json``,
+``log-ROWS-AUDIT-MALLOC-REPEAT.txt``).
 """
 
 from __future__ import annotations
@@ -41,8 +45,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 
 def rss_anon_kb(pid: int) -> int:
@@ -79,12 +85,16 @@ def children(pid: int) -> list[int]:
 
 def run_sampled(
     cmd: list[str], interval: float, ledger: Path, malloc: str
-) -> tuple[int, float, int]:
-    """Run ``cmd``; return its exit status, wall seconds and peak RssAnon (KiB).
+) -> tuple[int, float, int, float]:
+    """Run ``cmd``; return its exit status, wall s, peak RssAnon (KiB), start s.
 
     ``ledger`` is the run's own privacy ledger folder, so that benchmark runs
     never count as releases of the user's label sets; ``malloc`` is the
-    ``TPSL_FLWR_MALLOC`` setting of the run.
+    ``TPSL_FLWR_MALLOC`` setting of the run. The start is the seconds until
+    the run logs ``Connected to``: loading the data (the cache warm or cold),
+    building the views and the strategy, and meeting the nodes. The log, each
+    line stamped with its seconds since the start, goes to ``log.txt`` beside
+    the ledger folder.
     """
     env = {
         **os.environ,
@@ -92,18 +102,36 @@ def run_sampled(
         "TPSL_FLWR_MALLOC": malloc,
     }
     log = ledger.parent / "log.txt"
+    started = float("nan")
     start = time.perf_counter()
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
+
+    def copy(stream: IO[bytes], sink: IO[str]) -> None:
+        nonlocal started
+        for raw in stream:
+            line = raw.decode(errors="replace")
+            now = time.perf_counter() - start
+            if started != started and "Connected to" in line:
+                started = now
+            sink.write(f"{now:9.1f} {line}")
+            sink.flush()
+
+    with log.open("w", encoding="utf-8") as sink:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+        )
+        assert proc.stdout is not None
+        reader = threading.Thread(target=copy, args=(proc.stdout, sink), daemon=True)
+        reader.start()
         peak = 0
         while proc.poll() is None:
             total = sum(rss_anon_kb(p) for p in (proc.pid, *children(proc.pid)))
             peak = max(peak, total)
             time.sleep(interval)
-    err = log.read_text(errors="replace")
+        reader.join()
     if proc.returncode:
-        print(f"failed ({proc.returncode}): {err.strip().splitlines()[-1:]}")
-    return proc.returncode, time.perf_counter() - start, peak
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+        print(f"failed ({proc.returncode}): {tail}")
+    return proc.returncode, time.perf_counter() - start, peak, started
 
 
 def simulate_cmd(
@@ -149,21 +177,29 @@ def main() -> None:
                     out = Path(tmp) / f"out-{n}-{int(audit)}-{malloc}-{rep}"
                     out.mkdir(parents=True, exist_ok=True)
                     cmd = simulate_cmd(data, n, audit, out, args.extra)
-                    rc, wall, peak = run_sampled(
+                    rc, wall, peak, started = run_sampled(
                         cmd, args.interval, out / "ledger", malloc
                     )
-                    speed = float("nan")
+                    speed, auc = float("nan"), float("nan")
                     if rc == 0:
-                        speed = json.loads((out / "results.json").read_text())[
-                            "samples_per_second"
-                        ]
+                        result = json.loads((out / "results.json").read_text())
+                        speed, auc = result["samples_per_second"], result["test_auc"]
+                    if args.keep:  # the run's results and log beside the file
+                        tag = f"{n}-{int(audit)}-{malloc}-{rep}"
+                        if rc == 0:
+                            kept = folder / f"results-{tag}.json"
+                            kept.write_text(json.dumps(result, indent=1))
+                        (folder / f"log-{tag}.txt").write_bytes(
+                            (out / "log.txt").read_bytes()
+                        )
                     runs.setdefault((n, audit, malloc), []).append(
                         (peak * 1024, speed, wall)
                     )
                     print(
                         f"rows {n:>9,d} audit {'on ' if audit else 'off'} malloc "
                         f"{malloc:5s} peak RssAnon {peak / 1024:8,.0f} MB  "
-                        f"{speed:8,.0f} samples/s  {wall:6.1f} s",
+                        f"{speed:8,.0f} samples/s  {wall:6.1f} s (start "
+                        f"{started:5.1f} s)  test AUC {auc:.4f}",
                         flush=True,
                     )
         print(

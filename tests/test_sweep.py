@@ -436,6 +436,31 @@ def test_data_scale_config_parses():
     assert specs[-1].config.batch_size == 1024
 
 
+def test_paper_scale_config_parses(tmp_path):
+    # Arrange: the shipped grid, pointed at a small generated file of the format
+    from tpsl_flwr.testing.ctr_generator import write_criteo
+
+    data = tmp_path / "criteo-45m.txt"
+    write_criteo(data, 50, seed=0)
+    text = (CONFIGS / "paper_scale.toml").read_text()
+    assert 'data-path = "criteo-45m.txt"' in text
+    grid = _write(tmp_path, text.replace("criteo-45m.txt", str(data)))
+
+    # Execute
+    specs = load_sweep(grid).runs()
+
+    # Assert: 1 + 2 mechanisms x 3 epsilons, the whole file, one epoch, audited
+    assert [s.name for s in specs][:2] == [
+        "criteo_none_seed0",
+        "criteo_laplace_eps1_seed0",
+    ]
+    assert len(specs) == 7
+    assert {(s.config.rows, s.config.epochs, s.config.audit) for s in specs} == {
+        (0, 1, True)
+    }
+    assert {s.config.mechanism for s in specs} == {"none", "laplace", "discrete"}
+
+
 # --- the denoises axis -----------------------------------------------------
 
 DENOISE_GRID = """

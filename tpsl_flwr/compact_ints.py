@@ -30,18 +30,19 @@ __all__ = [
 CHUNK_ROWS = 1 << 20
 """Rows per chunk of a one-off pass (8 MB of int64)."""
 
-_INT32_MAX = np.iinfo(np.int32).max
+_INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 
 
-def index_dtype(largest: int) -> np.dtype:
-    """int32 when every value up to ``largest`` fits, else int64.
+def index_dtype(largest: int, smallest: int = 0) -> np.dtype:
+    """int32 when every value in ``smallest .. largest`` fits, else int64.
 
     Examples
     --------
     >>> str(index_dtype(10)), str(index_dtype(2**31))
     ('int32', 'int64')
     """
-    return np.dtype(np.int32 if int(largest) <= _INT32_MAX else np.int64)
+    fits = _INT32_MIN <= int(smallest) and int(largest) <= _INT32_MAX
+    return np.dtype(np.int32 if fits else np.int64)
 
 
 def label_dtype(num_classes: int) -> np.dtype:
@@ -71,7 +72,7 @@ def chunks(n: int, size: int = CHUNK_ROWS) -> Iterator[slice]:
 
 
 def compact_ids(ids: np.ndarray) -> np.ndarray:
-    """A read-only copy of non-negative integer ids in :func:`index_dtype`.
+    """A read-only copy of integer ids in :func:`index_dtype` (values unchanged).
 
     Examples
     --------
@@ -80,8 +81,8 @@ def compact_ids(ids: np.ndarray) -> np.ndarray:
     ('int32', [0, 5, 9], False)
     """
     arr = np.asarray(ids)
-    largest = int(arr.max()) if arr.size else 0
-    out = np.array(arr, dtype=index_dtype(largest))
+    bounds = (int(arr.max()), int(arr.min())) if arr.size else (0, 0)
+    out = np.array(arr, dtype=index_dtype(*bounds))
     out.setflags(write=False)
     return out
 
