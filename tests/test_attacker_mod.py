@@ -11,6 +11,7 @@ from tpsl_flwr.attacks import BatchRecord, attack_report
 from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.batch_pack import gradient_batches, stack_rows
 from tpsl_flwr.wire.recorder import (
     load_transcript,
     party_folder,
@@ -26,8 +27,7 @@ def tiny_app(directory, seen):
     app = ClientApp(mods=[record_transcript(directory)])
 
     def handle(msg, context):
-        grads = msg.content.array_records.get(P.GRADS, ArrayRecord())
-        rows = sum(grads[k].numpy().shape[0] for k in grads if k.startswith("grad-"))
+        rows = sum(grad.shape[0] for _, grad in gradient_batches(msg.content))
         seen.append((context.node_config["partition-id"], rows))
         reply = ConfigRecord({"rows": rows})
         return Message(RecordDict({"seen": reply}), reply_to=msg)
@@ -39,17 +39,16 @@ def tiny_app(directory, seen):
 
 def gradient_message(node, epoch, batches, message_type=P.MSG_TRAIN):
     """A message as the label party sends it: ids and averaged gradients."""
-    arrays = {}
-    for j, (ids, grad) in enumerate(batches):
-        ids_key, grad_key = P.grad_keys(j)
-        arrays[ids_key] = Array(np.asarray(ids, dtype=np.int64))
-        arrays[grad_key] = Array(np.asarray(grad, dtype=np.float32))
-    content = RecordDict(
-        {
-            P.CONFIG: ConfigRecord({P.EPOCH: epoch, P.SPLIT: "train"}),
-            P.GRADS: ArrayRecord(arrays),
-        }
-    )
+    config = ConfigRecord({P.EPOCH: epoch, P.SPLIT: "train"})
+    arrays = ArrayRecord()
+    if batches:  # every batch stacked in one array per key (batch_pack)
+        ids, config[P.GRAD_ROWS] = stack_rows(
+            [np.asarray(ids, dtype=np.int64) for ids, _ in batches]
+        )
+        grads, _ = stack_rows([np.asarray(g, dtype=np.float32) for _, g in batches])
+        arrays[P.IDS_KEY] = Array(ids)
+        arrays[P.GRAD_KEY] = Array(grads)
+    content = RecordDict({P.CONFIG: config, P.GRADS: arrays})
     return Message(content, dst_node_id=node, message_type=message_type)
 
 

@@ -16,6 +16,7 @@ from tpsl_flwr.strategies import evaluation_query
 from tpsl_flwr.strategies.evaluation_query import query_chunks
 from tpsl_flwr.strategies.exchange import exchange
 from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.batch_pack import id_batches
 
 METRICS = ("test_auc", "test_logloss", "test_accuracy", "validation_loss")
 
@@ -44,13 +45,12 @@ def queries(grid, partition):
         for msg in grid.sent_messages
         if grid.partition_of(msg.metadata.dst_node_id) == partition
         and msg.metadata.message_type == P.MSG_EMBED_TEST
-        and len(msg.content.array_records[P.NEW_IDS])
+        and len(id_batches(msg.content))
     ]
 
 
 def rows_asked(msg):
-    record = msg.content.array_records[P.NEW_IDS]
-    return sum(record[key].numpy().size for key in record)
+    return sum(ids.size for ids in id_batches(msg.content))
 
 
 def assert_same_metrics(a, b):
@@ -99,8 +99,7 @@ def test_chunked_queries_give_the_single_query_metrics_bitwise(tmp_path, monkeyp
     for partition in (0, 1):
         one = queries(whole_grid, partition)
         assert len(one) == 3  # one query an epoch
-        record = one[0].content.array_records[P.NEW_IDS]
-        sizes = [record[key].numpy().size for key in record]
+        sizes = [ids.size for ids in id_batches(one[0].content)]
         many = queries(grid, partition)
         per_epoch = sum(math.ceil(size / 7) for size in sizes)
         assert len(many) == 3 * per_epoch
@@ -201,6 +200,6 @@ def test_configure_and_aggregate_evaluate_still_query_in_one_message(
 
     # Assert: one message a node with both splits; the chunked metrics equal.
     assert len(sent) == 2
-    assert all(len(m.content.array_records[P.NEW_IDS]) == 2 for m in sent)
+    assert all(len(id_batches(m.content)) == 2 for m in sent)
     assert set(direct) == set(METRICS)
     assert dict(direct) == dict(chunked)

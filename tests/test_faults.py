@@ -41,6 +41,7 @@ from tpsl_flwr.simulations.client_app import builtin_checkpoint_dir as checkpoin
 from tpsl_flwr.simulations.client_app import builtin_party
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.batch_pack import gradient_batches, id_batches, stack_rows
 from tpsl_flwr.wire.client_app import make_client_app
 
 NODES = {101: 0, 202: 1}  # node id -> partition
@@ -85,13 +86,15 @@ def honest(grid: ScriptedGrid, msg: Message) -> Message:
         info = {P.PARTITION_ID: partition, P.NUM_PARTITIONS: 2}
         info.update({P.EMBEDDING_DIM: WIDTH, P.NUM_TRAIN: 20, P.NUM_TEST: 0})
         return Message(RecordDict({P.NODE: ConfigRecord(info)}), reply_to=msg)
-    new_ids = msg.content.array_records[P.NEW_IDS]
+    batches = id_batches(msg.content)
     rng = np.random.default_rng(partition)
-    out = {
-        k: Array(rng.normal(size=(new_ids[k].numpy().size, WIDTH)).astype(np.float32))
-        for k in new_ids
-    }
-    return Message(RecordDict({P.EMBEDDINGS: ArrayRecord(out)}), reply_to=msg)
+    out = ArrayRecord()
+    if batches:  # every batch's embeddings stacked in one array (batch_pack)
+        stacked, _ = stack_rows(
+            [rng.normal(size=(ids.size, WIDTH)).astype(np.float32) for ids in batches]
+        )
+        out[P.EMBEDDINGS_KEY] = Array(stacked)
+    return Message(RecordDict({P.EMBEDDINGS: out}), reply_to=msg)
 
 
 def after_hello(fault: Callable[..., Any]) -> Callable[..., Any]:
@@ -254,11 +257,11 @@ def _corrupt(kind: str):
         seen["train"] += 1
         if seen["train"] != 2:
             return reply
-        emb = reply.content.array_records[P.EMBEDDINGS]["batch-0"].numpy()
+        emb = reply.content.array_records[P.EMBEDDINGS][P.EMBEDDINGS_KEY].numpy()
         bad = {
-            "nan": {"batch-0": np.full_like(emb, np.nan)},
-            "shape": {"batch-0": emb[:-1]},
-            "ids": {"batch-0": emb, "batch-1": emb},
+            "nan": {P.EMBEDDINGS_KEY: np.full_like(emb, np.nan)},
+            "shape": {P.EMBEDDINGS_KEY: emb[:-1]},  # one row short
+            "ids": {P.EMBEDDINGS_KEY: emb, "batch-1": emb},  # a key not asked for
         }[kind]
         records = {k: Array(v) for k, v in bad.items()}
         reply.content[P.EMBEDDINGS] = ArrayRecord(records)  # type: ignore[arg-type]
@@ -270,9 +273,13 @@ def _corrupt(kind: str):
 @pytest.mark.parametrize(
     ("kind", "match"),
     [
-        ("nan", r"partition 1\) sent NaN or inf embeddings for batch-0"),
-        ("shape", r"partition 1\) sent embeddings of shape \(127, \d+\)"),
-        ("ids", r"partition 1\) sent embeddings for batch-1, which it was not"),
+        ("nan", r"partition 1\) sent NaN or inf embeddings$"),
+        (
+            "shape",
+            r"partition 1\) sent embeddings of shape \(127, (\d+)\) for 1 "
+            r"batch\(es\) of 128 ids; expected \(128, \1\)$",
+        ),
+        ("ids", r"partition 1\) sent batch-1, which it was not asked for$"),
     ],
 )
 def test_a_corrupt_reply_stops_the_run_before_any_gradient_of_it_leaves(
@@ -298,19 +305,12 @@ def _dispatched(sent: list[Message], grid: InProcessGrid, from_epoch: int):
     out = []
     for msg in sent:
         epoch = int(msg.content.config_records[P.CONFIG].get(P.EPOCH, -1))
-        grads = msg.content.array_records.get(P.GRADS, ArrayRecord())
-        j = 0
-        while epoch >= from_epoch and P.grad_keys(j)[0] in grads:
-            ids_key, grad_key = P.grad_keys(j)
+        if epoch < from_epoch:
+            continue
+        for ids, grad in gradient_batches(msg.content):
             out.append(
-                (
-                    grid.partition_of(msg.metadata.dst_node_id),
-                    epoch,
-                    grads[ids_key].numpy().tolist(),
-                    grads[grad_key].numpy(),
-                )
+                (grid.partition_of(msg.metadata.dst_node_id), epoch, ids.tolist(), grad)
             )
-            j += 1
     return sorted(out, key=lambda x: (x[0], x[1]))
 
 

@@ -37,6 +37,7 @@ from tpsl_flwr.simulations.party_worker import PartyWorker
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire import worker_link
 from tpsl_flwr.wire.arrays import from_array, to_array
+from tpsl_flwr.wire.batch_pack import stack_rows
 from tpsl_flwr.wire.worker_link import (
     MAX_FRAME_BYTES,
     WORKER_SOCKET,
@@ -161,9 +162,14 @@ def test_the_worker_answers_as_the_node_app_does(private_dir):
     node_config = {P.PARTITION_ID: 1, P.NUM_PARTITIONS: 2, WORKER_SOCKET: str(path)}
     worker = PartyWorker(1, 2, run_config)
     server = WorkerServer(path, worker.handle)
-    ids = to_array(np.arange(8, dtype=np.int64))
+    ids, rows = stack_rows([np.arange(8, dtype=np.int64)])
     hello = RecordDict({P.CONFIG: ConfigRecord({})})
-    step = RecordDict({P.NEW_IDS: ArrayRecord({P.batch_key(0): ids})})
+    step = RecordDict(
+        {
+            P.CONFIG: ConfigRecord({P.BATCH_ROWS: rows}),
+            P.NEW_IDS: ArrayRecord({P.IDS_KEY: to_array(ids)}),
+        }
+    )
     thread = _serve(server, 3)
     local = Context(3, 11, node_config, RecordDict(), run_config)
     remote = Context(3, 11, node_config, RecordDict(), run_config)
@@ -185,8 +191,9 @@ def test_the_worker_answers_as_the_node_app_does(private_dir):
     # Assert: the same answers; the node's state stays in the worker
     assert replies["local"][0].content[P.NODE] == replies["remote"][0].content[P.NODE]
     for mine, theirs in zip(replies["local"][1:], replies["remote"][1:], strict=True):
-        a = from_array(mine.content[P.EMBEDDINGS][P.batch_key(0)])
-        b = from_array(theirs.content[P.EMBEDDINGS][P.batch_key(0)])
+        a = from_array(mine.content[P.EMBEDDINGS][P.EMBEDDINGS_KEY])
+        b = from_array(theirs.content[P.EMBEDDINGS][P.EMBEDDINGS_KEY])
+        assert a.shape[0] == 8
         np.testing.assert_array_equal(a, b)
     assert len(remote.state) == 0 and len(local.state) > 0
     assert len(worker.contexts[3].state) > 0

@@ -14,6 +14,7 @@ from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.strategies.pipeline import check_pipeline_grid
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.arrays import from_array
+from tpsl_flwr.wire.batch_pack import gradient_batches, id_batches
 from tpsl_flwr.wire.client_app import STATE_KEY, _state_from_record, make_client_app
 
 ROWS, TEST_ROWS, COLS, WIDTH, BATCH = 40, 8, 2, 3, 8
@@ -115,14 +116,9 @@ def node_log(grid, partition):
         if msg.metadata.message_type == P.MSG_HELLO:
             continue
         config = msg.content.config_records[P.CONFIG]
-        new_ids = msg.content.array_records[P.NEW_IDS]
-        grads = msg.content.array_records[P.GRADS]
-        sent, j = [], 0
-        while P.grad_keys(j)[0] in grads:
-            ids_key, grad_key = P.grad_keys(j)
-            sent.append((from_array(grads[ids_key]), from_array(grads[grad_key])))
-            j += 1
-        out.append((msg.metadata.message_type, config[P.EPOCH], len(new_ids), sent))
+        asked = len(id_batches(msg.content))
+        sent = gradient_batches(msg.content)
+        out.append((msg.metadata.message_type, config[P.EPOCH], asked, sent))
     return out
 
 
@@ -247,8 +243,10 @@ def test_a_bad_reply_stops_the_pipelined_run_before_anything_is_computed_from_it
             seen.append(context.node_config["partition-id"])
             if seen.count(1) == 3 and context.node_config["partition-id"] == 1:
                 record = reply.content.array_records[P.EMBEDDINGS]
-                emb = from_array(record["batch-0"]) * np.nan
-                reply.content[P.EMBEDDINGS] = ArrayRecord({"batch-0": Array(emb)})
+                emb = from_array(record[P.EMBEDDINGS_KEY]) * np.nan
+                reply.content[P.EMBEDDINGS] = ArrayRecord(
+                    {P.EMBEDDINGS_KEY: Array(emb)}
+                )
         return reply
 
     strategy = TPSLStrategy(

@@ -17,6 +17,7 @@ from tpsl_flwr.privacy.perturb import candidate_gradients
 from tpsl_flwr.simulations.client_app import app as client_app
 from tpsl_flwr.simulations.client_app import builtin_party
 from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.batch_pack import gradient_batches, id_batches
 from tpsl_flwr.wire.client_app import make_client_app
 
 
@@ -91,17 +92,12 @@ def test_transcript_holds_only_ids_perturbed_gradients_and_public_config(tmp_pat
             assert name == P.CONFIG
             assert set(record) <= P.ALLOWED_CONFIG_KEYS
         for name, record in content.array_records.items():
-            assert name in P.ALLOWED_ARRAY_KEY_PREFIXES
-            for key in record:
-                assert key.startswith(P.ALLOWED_ARRAY_KEY_PREFIXES[name])
-            if name == P.GRADS:
-                j = 0
-                while P.grad_keys(j)[0] in record:
-                    ids = record[P.grad_keys(j)[0]].numpy()
-                    dispatched.setdefault(ids.tobytes(), []).append(
-                        (msg.metadata.dst_node_id, record[P.grad_keys(j)[1]].numpy())
-                    )
-                    j += 1
+            assert name in P.ALLOWED_ARRAY_KEYS
+            assert set(record) <= P.ALLOWED_ARRAY_KEYS[name]
+        for ids, grad in gradient_batches(content):
+            dispatched.setdefault(ids.tobytes(), []).append(
+                (msg.metadata.dst_node_id, grad)
+            )
     # Assert 2: each dispatched gradient is GradPerturb's output for those ids
     # under this key: sum_j c_j g_j, recomputed from the top model of that step.
     # (The run's key is derived from seed 7, the binding and the labels.)
@@ -165,7 +161,7 @@ def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
     assert second["noise_key"]["fingerprint"] == first["noise_key"]["fingerprint"]
     # Only epoch 3 was trained: ceil(n_train / 64) batches, to each of 2 nodes.
     trained = sum(
-        len(m.content.array_records[P.NEW_IDS].keys())
+        len(id_batches(m.content))
         for m in grid.sent_messages
         if m.metadata.message_type == P.MSG_TRAIN
     )

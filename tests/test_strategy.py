@@ -22,6 +22,7 @@ from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import make_mechanism
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.batch_pack import gradient_batches, id_batches, stack_rows
 
 NODES = {101: 0, 202: 1}  # node id -> partition
 WIDTH = 2
@@ -97,9 +98,12 @@ def honest(grid, msg):
             }
         )
         return _reply(msg, RecordDict({P.NODE: info}))
-    new_ids = msg.content.array_records[P.NEW_IDS]
-    out = {k: Array(embeddings_for(new_ids[k].numpy(), partition)) for k in new_ids}
-    return _reply(msg, RecordDict({P.EMBEDDINGS: ArrayRecord(out)}))
+    batches = id_batches(msg.content)
+    out = ArrayRecord()
+    if batches:
+        stacked, _ = stack_rows([embeddings_for(ids, partition) for ids in batches])
+        out[P.EMBEDDINGS_KEY] = Array(stacked)
+    return _reply(msg, RecordDict({P.EMBEDDINGS: out}))
 
 
 def make_strategy(labels=None, mechanism=None, seed=3, **kwargs):
@@ -142,10 +146,10 @@ def test_one_round_trip_per_step_dispatches_the_perturbed_slices(server_identity
     expected = twin.party.train_step(ids, torch.as_tensor(emb)).numpy()
     for msg in second:
         part = NODES[msg.metadata.dst_node_id]
-        grads = msg.content.array_records[P.GRADS]
-        np.testing.assert_array_equal(grads["ids-0"].numpy(), ids)
+        [(sent_ids, sent_grad)] = gradient_batches(msg.content)
+        np.testing.assert_array_equal(sent_ids, ids)
         np.testing.assert_allclose(
-            grads["grad-0"].numpy(),
+            sent_grad,
             expected[:, part * WIDTH : (part + 1) * WIDTH],
             rtol=1e-6,
         )
@@ -158,11 +162,11 @@ def test_k_steps_per_message_send_k_batches(server_identity):
     strategy.connect(grid, timeout=5)
     strategy.begin_epoch(0)
     msgs = list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid))
-    assert sorted(msgs[0].content.array_records[P.NEW_IDS]) == [
-        "batch-0",
-        "batch-1",
-        "batch-2",
-    ]
+    assert list(msgs[0].content.array_records[P.NEW_IDS]) == [P.IDS_KEY]
+    batches = id_batches(msgs[0].content)
+    assert len(batches) == 3
+    for sent, expected in zip(batches, strategy.epoch_batches(0)[:3], strict=True):
+        np.testing.assert_array_equal(sent, expected)
     strategy.aggregate_train(1, [honest(grid, m) for m in msgs])
     assert len(strategy.pending) == 3
 
@@ -198,13 +202,12 @@ def _faulty(kind):
             return _reply(msg, error="disk on fire")
         if kind == "silent":
             return None
-        ids = msg.content.array_records[P.NEW_IDS]["batch-0"].numpy()
+        [ids] = id_batches(msg.content)
         emb = embeddings_for(ids, 1, math.nan if kind == "nan" else None)
         if kind == "shape":
             emb = emb[:, :1]
-        return _reply(
-            msg, RecordDict({P.EMBEDDINGS: ArrayRecord({"batch-0": Array(emb)})})
-        )
+        record = ArrayRecord({P.EMBEDDINGS_KEY: Array(emb)})
+        return _reply(msg, RecordDict({P.EMBEDDINGS: record}))
 
     return responder
 

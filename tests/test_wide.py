@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from flwr.app import ArrayRecord, Context, Message
+from flwr.app import Context, Message
 
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
@@ -24,6 +24,7 @@ from tpsl_flwr.parties.ftrl import FtrlProximal, ftrl
 from tpsl_flwr.parties.optim import set_lr_scale
 from tpsl_flwr.simulations.client_app import builtin_checkpoint_dir, builtin_party
 from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.batch_pack import gradient_batches
 from tpsl_flwr.wire.client_app import make_client_app
 from tpsl_flwr.wire.state_codec import decode_state, encode_state
 
@@ -251,9 +252,9 @@ def _gradients(sent: list[Message], grid: Any, from_epoch: int) -> list[Any]:
     for msg in sent:
         raw: Any = msg.content.config_records[P.CONFIG].get(P.EPOCH, -1)
         epoch = int(raw)
-        grads = msg.content.array_records.get(P.GRADS, ArrayRecord())
-        if epoch >= from_epoch and len(grads):
-            arrays = [grads[k].numpy() for k in sorted(grads.keys())]
+        batches = gradient_batches(msg.content)
+        if epoch >= from_epoch and batches:
+            arrays = [a for pair in batches for a in pair]
             out.append((grid.partition_of(msg.metadata.dst_node_id), epoch, arrays))
     return sorted(out, key=lambda x: (x[0], x[1]))
 

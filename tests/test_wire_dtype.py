@@ -12,6 +12,7 @@ from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.arrays import FLOAT16_STYPE, from_array, to_array
+from tpsl_flwr.wire.batch_pack import gradient_batches, id_batches
 from tpsl_flwr.wire.label_side import Node, step_message
 from tpsl_flwr.wire.wire_dtype import decode_float16, encode_float16
 
@@ -52,9 +53,10 @@ def test_float16_error_is_within_the_stated_bound(scale):
 
 def test_float16_survives_flowers_protobuf():
     x = np.linspace(-3e-4, 5e-4, 120, dtype=np.float32).reshape(12, 10)
-    record = RecordDict({P.EMBEDDINGS: _record({"batch-0": to_array(x, "float16")})})
+    arrays = {P.EMBEDDINGS_KEY: to_array(x, "float16")}
+    record = RecordDict({P.EMBEDDINGS: _record(arrays)})
     back = serde.recorddict_from_proto(serde.recorddict_to_proto(record))
-    y = from_array(back[P.EMBEDDINGS]["batch-0"])
+    y = from_array(back[P.EMBEDDINGS][P.EMBEDDINGS_KEY])
     assert np.all(np.abs(y - x) <= _bound(x))
 
 
@@ -115,14 +117,13 @@ def test_step_message_sends_float16_gradients_that_pass_the_allow_list(
     msg = step_message(node, P.MSG_TRAIN, {P.EPOCH: 0}, [ids], [(ids, grad)], "float16")
     P.check_outgoing(msg.content)
     sent = msg.content.array_records[P.GRADS]
-    _, grad_key = P.grad_keys(0)
-    assert sent[grad_key].stype == FLOAT16_STYPE
-    got = from_array(sent[grad_key])
+    assert sent[P.GRAD_KEY].stype == FLOAT16_STYPE
+    [(sent_ids, got)] = gradient_batches(msg.content)
     want = grad[:, 2:6].numpy()
-    assert np.all(np.abs(got - want) <= _bound(want))
-    assert np.array_equal(
-        from_array(msg.content.array_records[P.NEW_IDS]["batch-0"]), ids
-    )
+    assert np.array_equal(sent_ids, ids)
+    assert got.shape == want.shape and np.all(np.abs(got - want) <= _bound(want))
+    [asked] = id_batches(msg.content)
+    assert np.array_equal(asked, ids)
 
 
 def test_a_float16_run_sends_float16_both_ways_and_learns_as_float32(tmp_path):

@@ -136,7 +136,7 @@ class LabelRecords:
         >>> r = LabelRecords.of_splits(
         ...     np.array([0, 3]), np.array([1, 0]), np.array([1, 2]), np.array([0, 1]))
         >>> r.ids.tolist(), r.labels.tolist()
-        ([0, 1, 2, 3], [1, 0, 0, 1])
+        ([0, 1, 2, 3], [1, 0, 1, 0])
         """
         n = train_ids.size + test_ids.size
         at_test = np.zeros(n, dtype=bool)

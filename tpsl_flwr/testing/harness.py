@@ -28,7 +28,7 @@ from tpsl_flwr.privacy.accounting import PrivacySpent
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.strategies.epoch_log import TPSLResult
 from tpsl_flwr.wire import protocol as P
-from tpsl_flwr.wire.arrays import from_array
+from tpsl_flwr.wire.batch_pack import gradient_batches
 
 __all__ = ["ComputedStep", "DispatchedStep", "StrategyReport", "run_strategy"]
 
@@ -273,26 +273,17 @@ def _dispatched(grid: InProcessGrid) -> dict[int, list[DispatchedStep]]:
     }
     counts: dict[tuple[int, int], int] = {}
     for msg in grid.sent_messages:
-        grads = msg.content.array_records.get(P.GRADS)
-        if grads is None:
+        if P.GRADS not in msg.content.array_records:
             continue
         config = msg.content.config_records.get(P.CONFIG)
         epoch = 0
         if config is not None and P.EPOCH in config:
             epoch = P.as_int(config[P.EPOCH], "epoch")
         partition = grid.partition_of(msg.metadata.dst_node_id)
-        j = 0
-        while P.grad_keys(j)[0] in grads:
-            ids_key, grad_key = P.grad_keys(j)
+        for ids, gradient in gradient_batches(msg.content):
             step = counts.get((partition, epoch), 0)
             counts[(partition, epoch)] = step + 1
             out[partition].append(
-                DispatchedStep(
-                    epoch=epoch,
-                    step=step,
-                    ids=np.asarray(from_array(grads[ids_key]), dtype=np.int64),
-                    gradient=np.asarray(from_array(grads[grad_key])),
-                )
+                DispatchedStep(epoch=epoch, step=step, ids=ids, gradient=gradient)
             )
-            j += 1
     return out

@@ -32,7 +32,8 @@ from flwr.clientapp.typing import Mod
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.parties import NonLabelParty
 from tpsl_flwr.wire import protocol as P
-from tpsl_flwr.wire.arrays import from_array, to_array
+from tpsl_flwr.wire.arrays import to_array
+from tpsl_flwr.wire.batch_pack import gradient_batches, id_batches
 from tpsl_flwr.wire.node_edge import check_node_config, node_failure
 from tpsl_flwr.wire.state_codec import UnsupportedStateError, decode_state, encode_state
 from tpsl_flwr.wire.wire_dtype import FLOAT32, check_wire_dtype
@@ -242,6 +243,10 @@ class NonLabelHandlers:
         party = self._party(context)
         content = msg.content
         config = content.config_records.get(P.CONFIG, ConfigRecord())
+        # Parse and check the whole message before changing anything.
+        pending = gradient_batches(content)
+        batches = id_batches(content)
+        splits = _batch_splits(config, len(batches))
         if P.KEEP_BEST in config:
             best = P.as_int(config[P.KEEP_BEST], "keep-best")
             context.state[BEST_KEY] = _state_record(party.state_dict(), best)
@@ -249,31 +254,21 @@ class NonLabelHandlers:
             party.load_state_dict(_best_state(context, config[P.RESTORE_BEST]))
         if P.LR_SCALE in config:
             party.set_lr_scale(_lr_scale(config[P.LR_SCALE]))
-        grads = content.array_records.get(P.GRADS, ArrayRecord())
-        j = 0
-        while P.grad_keys(j)[0] in grads:
-            ids_key, grad_key = P.grad_keys(j)
-            party.apply_gradient(
-                from_array(grads[ids_key]), from_array(grads[grad_key])
-            )
-            j += 1
-        new_ids = content.array_records.get(P.NEW_IDS, ArrayRecord())
-        splits = _batch_splits(config, len(new_ids))
+        for ids, grad in pending:
+            party.apply_gradient(ids, grad)
         training = msg.metadata.message_type == P.MSG_TRAIN
         wire_dtype = check_wire_dtype(context.run_config.get(P.WIRE_DTYPE, FLOAT32))
-        embeddings = {}
-        j = 0
-        while P.batch_key(j) in new_ids:
-            split = splits[j]
-            emb = party.embed(
-                from_array(new_ids[P.batch_key(j)]),
-                split,
-                keep_graph=training and split == "train",
+        embeddings = ArrayRecord()
+        if batches:  # stacked in the order asked for (batch_pack)
+            stacked = torch.cat(
+                [
+                    party.embed(ids, split, keep_graph=training and split == "train")
+                    for ids, split in zip(batches, splits, strict=True)
+                ]
             )
-            embeddings[P.batch_key(j)] = to_array(
-                emb.numpy().astype(np.float32, copy=False), wire_dtype
+            embeddings[P.EMBEDDINGS_KEY] = to_array(
+                stacked.numpy().astype(np.float32, copy=False), wire_dtype
             )
-            j += 1
         self._save(party, context)
         if P.CHECKPOINT_EPOCH in config:
             epoch = P.as_int(config[P.CHECKPOINT_EPOCH], "checkpoint-epoch")
@@ -289,9 +284,7 @@ class NonLabelHandlers:
             if path.exists():  # the label party may not have saved epoch `epoch`
                 path.replace(_previous(path))
             tmp.replace(path)
-        return Message(
-            RecordDict({P.EMBEDDINGS: ArrayRecord(embeddings)}), reply_to=msg
-        )
+        return Message(RecordDict({P.EMBEDDINGS: embeddings}), reply_to=msg)
 
 
 def make_client_app(

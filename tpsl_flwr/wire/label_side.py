@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.common.logger import log
 
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.arrays import from_array, to_array
+from tpsl_flwr.wire.batch_pack import split_rows, stack_rows
 from tpsl_flwr.wire.node_edge import read_node_error
 
 
@@ -313,26 +314,38 @@ def step_message(
 ) -> Message:
     """One node's message: public config, ids to embed, its gradient slices.
 
-    ``wire_dtype = "float16"`` sends the gradient slices as scaled float16
+    Each record holds one array, its batches stacked, with their row counts in
+    the config (:mod:`~tpsl_flwr.wire.batch_pack`): a message is the same few
+    Flower objects whatever its number of batches. ``wire_dtype = "float16"``
+    sends the gradient slices as scaled float16
     (:mod:`~tpsl_flwr.wire.wire_dtype`): cast after GradPerturb perturbed
     them, so post-processing of the release (epsilon unchanged).
     """
-    content = RecordDict({P.CONFIG: ConfigRecord(config)})
-    content[P.NEW_IDS] = ArrayRecord(
-        {
-            P.batch_key(j): to_array(ids.astype(np.int64))
-            for j, ids in enumerate(new_ids)
-        }
-    )
-    grads: dict[str, Array] = {}
-    for j, (ids, grad) in enumerate(pending):
-        ids_key, grad_key = P.grad_keys(j)
-        grads[ids_key] = to_array(ids.astype(np.int64))
-        piece = grad[:, node.offset : node.offset + node.width]
-        grads[grad_key] = to_array(
-            piece.numpy().astype(np.float32, copy=False), wire_dtype
+    config = dict(config)
+    content = RecordDict()
+    new_record = ArrayRecord()
+    if new_ids:
+        ids, config[P.BATCH_ROWS] = stack_rows([i.astype(np.int64) for i in new_ids])
+        new_record[P.IDS_KEY] = to_array(ids)
+    grads = ArrayRecord()
+    if pending:
+        ids, config[P.GRAD_ROWS] = stack_rows([i.astype(np.int64) for i, _ in pending])
+        pieces = [
+            g[:, node.offset : node.offset + node.width].numpy() for _, g in pending
+        ]
+        for (batch, _), piece in zip(pending, pieces, strict=True):
+            if piece.shape != (batch.size, node.width):  # never send a misfit
+                raise ProtocolError(
+                    f"a gradient slice of shape {piece.shape} for {batch.size} ids; "
+                    f"{node_label([node], node.node_id)} takes width {node.width}"
+                )
+        grads[P.IDS_KEY] = to_array(ids)
+        grads[P.GRAD_KEY] = to_array(
+            np.concatenate(pieces).astype(np.float32, copy=False), wire_dtype
         )
-    content[P.GRADS] = ArrayRecord(grads)
+    content[P.CONFIG] = ConfigRecord(config)
+    content[P.NEW_IDS] = new_record
+    content[P.GRADS] = grads
     return Message(content, dst_node_id=node.node_id, message_type=message_type)
 
 
@@ -341,39 +354,53 @@ def gather_embeddings(
 ) -> list[torch.Tensor]:
     """Each batch's concatenated embeddings, checked for shape and finiteness.
 
+    Each reply holds one array, the batches' embeddings stacked in the order
+    they were asked for (:mod:`~tpsl_flwr.wire.batch_pack`).
+
     Raises
     ------
     ProtocolError
-        Naming the node and its partition, if a node sent no embeddings for a
-        batch, embeddings for a batch it was not asked for, embeddings of
-        another shape than ``(batch size, its width)``, or NaN or inf.
+        Naming the node and its partition, if a node sent no embeddings, other
+        arrays than its embeddings, embeddings of another shape than ``(rows
+        asked for, its width)``, or NaN or inf.
     """
-    asked = {P.batch_key(j) for j in range(len(batches))}
+    rows = sum(ids.size for ids in batches)
+    per_node: list[list[np.ndarray]] = []
     for node in nodes:
+        name = node_label(nodes, node.node_id)
         record = replies[node.node_id].content.array_records.get(P.EMBEDDINGS)
-        extra = sorted(set(record.keys() if record is not None else ()) - asked)
+        keys = set(record.keys()) if record is not None else set()
+        extra = sorted(keys - {P.EMBEDDINGS_KEY})
         if extra:
             raise ProtocolError(
-                f"{node_label(nodes, node.node_id)} sent embeddings for "
-                f"{', '.join(extra)}, which it was not asked for"
+                f"{name} sent {', '.join(extra)}, which it was not asked for"
             )
-    out = []
-    for j, ids in enumerate(batches):
-        key = P.batch_key(j)
-        parts = []
-        for node in nodes:
-            name = node_label(nodes, node.node_id)
-            record = replies[node.node_id].content.array_records.get(P.EMBEDDINGS)
-            if record is None or key not in record:
-                raise ProtocolError(f"{name} sent no embeddings for {key}")
-            emb = from_array(record[key])
-            if emb.shape != (ids.size, node.width):
-                raise ProtocolError(
-                    f"{name} sent embeddings of shape {emb.shape} for {key}; "
-                    f"expected {(ids.size, node.width)}"
-                )
-            if not np.all(np.isfinite(emb)):
-                raise ProtocolError(f"{name} sent NaN or inf embeddings for {key}")
-            parts.append(torch.as_tensor(emb, dtype=torch.float32))
-        out.append(torch.cat(parts, dim=1))
-    return out
+        if record is None or P.EMBEDDINGS_KEY not in keys:
+            if not batches:
+                per_node.append([])
+                continue
+            raise ProtocolError(f"{name} sent no embeddings")
+        try:
+            emb = from_array(record[P.EMBEDDINGS_KEY])
+        except (TypeError, ValueError, ProtocolError) as err:
+            raise ProtocolError(f"{name} sent unreadable embeddings: {err}") from None
+        if emb.dtype.kind != "f":
+            raise ProtocolError(f"{name} sent {emb.dtype} embeddings; expected floats")
+        with np.errstate(over="ignore"):  # an overflow is refused just below
+            emb = emb.astype(np.float32, copy=False)
+        if emb.shape != (rows, node.width):
+            raise ProtocolError(
+                f"{name} sent embeddings of shape {emb.shape} for {len(batches)} "
+                f"batch(es) of {rows} ids; expected {(rows, node.width)}"
+            )
+        if not np.all(np.isfinite(emb)):
+            raise ProtocolError(f"{name} sent NaN or inf embeddings")
+        counts = [ids.size for ids in batches]
+        per_node.append(split_rows(emb, counts, f"{name}'s embeddings"))
+    return [
+        torch.cat(
+            [torch.as_tensor(parts[j], dtype=torch.float32) for parts in per_node],
+            dim=1,
+        )
+        for j in range(len(batches))
+    ]

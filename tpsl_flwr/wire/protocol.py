@@ -4,12 +4,13 @@ Named once here (as Flower's ``differential_privacy_constants.py`` does), so
 the ServerApp, the ClientApp, the transcript test and the attacker's recorder
 agree. What a non-label party may ever receive is exactly
 :data:`ALLOWED_CONFIG_KEYS` and
-:data:`ALLOWED_ARRAY_KEY_PREFIXES`: sample ids, perturbed gradients and public
+:data:`ALLOWED_ARRAY_KEYS`: sample ids, perturbed gradients and public
 configuration.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tpsl_flwr.errors import PrivacyError, ProtocolError
@@ -23,13 +24,19 @@ MSG_EMBED_TEST = "query"
 CONFIG = "tpsl.config"
 """ConfigRecord of public settings (keys below)."""
 NEW_IDS = "tpsl.ids"
-"""ArrayRecord: ``batch-j`` -> int64 sample ids to embed next."""
+"""ArrayRecord: ``ids`` -> int64 sample ids to embed next, every batch's stacked."""
 GRADS = "tpsl.grads"
-"""ArrayRecord: ``ids-j`` -> int64 ids, ``grad-j`` -> float32 perturbed gradient."""
+"""ArrayRecord: ``ids`` -> int64 ids, ``grad`` -> float perturbed gradients, stacked."""
 
 # Records in a reply from a non-label party.
 EMBEDDINGS = "tpsl.embeddings"
-"""ArrayRecord: ``batch-j`` -> float32 embeddings of the ids sent."""
+"""ArrayRecord: ``embeddings`` -> float embeddings of the ids sent, stacked."""
+
+# Array keys: one array per record, the batches stacked row-wise
+# (:mod:`~tpsl_flwr.wire.batch_pack`).
+IDS_KEY = "ids"
+GRAD_KEY = "grad"
+EMBEDDINGS_KEY = "embeddings"
 NODE = "tpsl.node"
 """ConfigRecord describing a node (reply to hello)."""
 
@@ -41,6 +48,10 @@ CHECKPOINT_EPOCH = "checkpoint-epoch"
 RESUME_EPOCH = "resume-epoch"
 SPLITS = "splits"
 """Comma-separated split of each batch of :data:`NEW_IDS` (overrides SPLIT)."""
+BATCH_ROWS = "batch-rows"
+"""Comma-separated row count of each batch stacked in :data:`NEW_IDS`."""
+GRAD_ROWS = "grad-rows"
+"""Comma-separated row count of each gradient slice stacked in :data:`GRADS`."""
 LR_SCALE = "lr-scale"
 """Learning-rate multiplier of the gradients in the message (decimal string)."""
 KEEP_BEST = "keep-best"
@@ -66,6 +77,8 @@ ALLOWED_CONFIG_KEYS = frozenset(
         ROUND,
         SPLIT,
         SPLITS,
+        BATCH_ROWS,
+        GRAD_ROWS,
         CHECKPOINT_EPOCH,
         RESUME_EPOCH,
         LR_SCALE,
@@ -74,11 +87,14 @@ ALLOWED_CONFIG_KEYS = frozenset(
     }
 )
 """The only keys of :data:`CONFIG` a non-label party may receive."""
-ALLOWED_ARRAY_KEY_PREFIXES: dict[str, tuple[str, ...]] = {
-    NEW_IDS: ("batch-",),
-    GRADS: ("ids-", "grad-"),
+ALLOWED_ARRAY_KEYS: dict[str, frozenset[str]] = {
+    NEW_IDS: frozenset({IDS_KEY}),
+    GRADS: frozenset({IDS_KEY, GRAD_KEY}),
 }
-"""The only array records (and key prefixes) a non-label party may receive."""
+"""The only array records (and their keys) a non-label party may receive."""
+_ROWS_KEY = {NEW_IDS: BATCH_ROWS, GRADS: GRAD_ROWS}
+_ARRAY_LAYOUT = {IDS_KEY: (1, ("int64",)), GRAD_KEY: (2, ("float32", "float16"))}
+_COUNTS = re.compile(r"[0-9]{1,12}(,[0-9]{1,12})*")
 
 
 def check_outgoing(content: Any) -> None:
@@ -87,8 +103,8 @@ def check_outgoing(content: Any) -> None:
     ``content`` is a Flower ``RecordDict`` (read through its public
     ``config_records``, ``array_records`` and ``metric_records`` views, so this
     module needs no Flower import). Only :data:`CONFIG` with
-    :data:`ALLOWED_CONFIG_KEYS` and plain values, and the array records of
-    :data:`ALLOWED_ARRAY_KEY_PREFIXES` may leave the label party.
+    :data:`ALLOWED_CONFIG_KEYS` and plain values, and the array records and
+    keys of :data:`ALLOWED_ARRAY_KEYS` may leave the label party.
 
     Raises
     ------
@@ -113,25 +129,68 @@ def check_outgoing(content: Any) -> None:
                     "and strings may leave the label party"
                 )
     for name, record in content.array_records.items():
-        prefixes = ALLOWED_ARRAY_KEY_PREFIXES.get(name)
-        if prefixes is None:
+        allowed = ALLOWED_ARRAY_KEYS.get(name)
+        if allowed is None:
             raise PrivacyError(f"array record {name!r} may not leave the label party")
         for key in record:
-            if not key.startswith(prefixes):
+            if key not in allowed:
                 raise PrivacyError(
                     f"array {key!r} of {name!r} may not leave the label party; "
-                    f"allowed prefixes: {list(prefixes)}"
+                    f"allowed: {sorted(allowed)}"
                 )
+        _check_stacked(name, record, content.config_records.get(CONFIG, {}))
 
 
-def batch_key(j: int) -> str:
-    """Key of the ``j``-th batch in :data:`NEW_IDS` and :data:`EMBEDDINGS`."""
-    return f"batch-{j}"
+def _check_stacked(name: str, record: Any, config: Any) -> None:
+    """Raise unless ``record`` holds its keys' layout and the rows its config lists.
+
+    The row-count config keys carry nothing but the lengths of the batches of
+    ids sent (:mod:`~tpsl_flwr.wire.batch_pack`): digits and commas, adding up
+    to every array's rows; present exactly when the record holds arrays.
+    """
+    rows_key = _ROWS_KEY[name]
+    if not len(record):
+        if rows_key in config:
+            raise PrivacyError(f"{rows_key!r} is sent without arrays in {name!r}")
+        return
+    if set(record.keys()) != ALLOWED_ARRAY_KEYS[name]:
+        raise PrivacyError(
+            f"{name!r} must hold all of {sorted(ALLOWED_ARRAY_KEYS[name])}"
+        )
+    try:
+        total = sum(row_counts(config.get(rows_key), rows_key))
+    except ProtocolError as err:
+        raise PrivacyError(f"{name!r} may not leave the label party: {err}") from None
+    for key, array in record.items():
+        ndim, dtypes = _ARRAY_LAYOUT[key]
+        shape = tuple(array.shape)
+        if len(shape) != ndim or array.dtype not in dtypes or shape[0] != total:
+            raise PrivacyError(
+                f"array {key!r} of {name!r} ({array.dtype}, shape {shape}) may not "
+                f"leave the label party: expected {ndim}-D {' or '.join(dtypes)} "
+                f"with the {total} rows that {rows_key!r} lists"
+            )
 
 
-def grad_keys(j: int) -> tuple[str, str]:
-    """Keys of the ids and the gradient of the ``j``-th batch in :data:`GRADS`."""
-    return f"ids-{j}", f"grad-{j}"
+def row_counts(text: object, what: str) -> list[int]:
+    """Parse a ``"n0,n1,..."`` config value into row counts (ASCII digits only).
+
+    Raises
+    ------
+    ProtocolError
+        Naming ``what`` and the value, if it is not such a list.
+
+    Examples
+    --------
+    >>> row_counts("1024,512", "batch-rows")
+    [1024, 512]
+    """
+    if not isinstance(text, str) or not _COUNTS.fullmatch(text):
+        raise ProtocolError(
+            f"{what} must list the row count of each batch as digits separated by "
+            f"commas, got {text!r}"
+        )
+    return [int(part) for part in text.split(",")]
 
 
 def as_int(value: object, what: str) -> int:

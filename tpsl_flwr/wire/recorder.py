@@ -7,11 +7,12 @@ carrying gradients (:data:`tpsl_flwr.wire.protocol.GRADS`) that the node receive
 is saved, before the node handles it, as
 ``<directory>/party-<partition-id>/msg-<counter>.npz`` with the arrays
 ``epoch`` (from :data:`tpsl_flwr.wire.protocol.CONFIG`; -1 if absent) and, for each
-batch ``j``, ``ids-j`` and ``grad-j`` exactly as received. The mod changes
-neither the message nor the reply. Counters increase in the order the node
-received the messages; a file is created exclusively, so nothing is ever
-overwritten, and recording into a folder that already holds a transcript
-continues its numbering.
+batch ``j``, ``ids-j`` and ``grad-j`` as received (split from the message's
+stacked arrays, :mod:`~tpsl_flwr.wire.batch_pack`; float16 decoded to
+float32). The mod changes neither the message nor the reply. Counters
+increase in the order the node received the messages; a file is created
+exclusively, so nothing is ever overwritten, and recording into a folder that
+already holds a transcript continues its numbering.
 
 :func:`load_transcript` reads the files back in message order, and
 :func:`score_recorded_transcript` runs the black-box gradient attacks (norm, cosine,
@@ -28,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message
+from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp.typing import ClientAppCallable, Mod
 from numpy.typing import ArrayLike
 
 from tpsl_flwr.attacks import BatchRecord, attack_report
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.batch_pack import gradient_batches
 
 _FILE = re.compile(r"^msg-(\d+)\.npz$")
 
@@ -78,13 +80,9 @@ def _partition(context: Context) -> int:
 def _gradient_arrays(msg: Message) -> dict[str, np.ndarray] | None:
     if not msg.has_content():
         return None
-    grads = msg.content.array_records.get(P.GRADS, ArrayRecord())
     arrays: dict[str, np.ndarray] = {}
-    j = 0
-    while P.grad_keys(j)[0] in grads and P.grad_keys(j)[1] in grads:
-        for key in P.grad_keys(j):
-            arrays[key] = grads[key].numpy()
-        j += 1
+    for j, (ids, grad) in enumerate(gradient_batches(msg.content)):
+        arrays[f"ids-{j}"], arrays[f"grad-{j}"] = ids, grad
     if not arrays:
         return None
     config = msg.content.config_records.get(P.CONFIG, ConfigRecord())
@@ -180,9 +178,8 @@ def load_transcript(
             epoch = int(data["epoch"])
             j = 0
             while f"ids-{j}" in data.files:
-                ids_key, grad_key = P.grad_keys(j)
                 out.append(
-                    TranscriptBatch(epoch, data[ids_key], data[grad_key], counter)
+                    TranscriptBatch(epoch, data[f"ids-{j}"], data[f"grad-{j}"], counter)
                 )
                 j += 1
     return out

@@ -7,7 +7,9 @@ chosen so the array's largest magnitude lands in ``[2^14, 2^15)``. Scaling by
 a power of two is exact, so the only error is float16's rounding: at most
 ``2^-11 |x|`` for every value within ``2^-29`` of the array's largest
 magnitude (float16's normal range) and at most ``peak * 2^-38`` below that
-(its subnormals). Without the scale, the perturbed gradients of a
+(its subnormals). An array is one record of a message, every batch of the
+message stacked (:mod:`~tpsl_flwr.wire.batch_pack`), so ``peak`` is the
+message's. Without the scale, the perturbed gradients of a
 mean-reduced loss (of order ``1 / batch``) would fall in float16's subnormal
 range and lose most of their digits.
 
