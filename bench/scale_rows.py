@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -110,7 +111,7 @@ def run_sampled(
         for raw in stream:
             line = raw.decode(errors="replace")
             now = time.perf_counter() - start
-            if started != started and "Connected to" in line:
+            if math.isnan(started) and "Connected to" in line:
                 started = now
             sink.write(f"{now:9.1f} {line}")
             sink.flush()
