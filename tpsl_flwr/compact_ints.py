@@ -74,6 +74,8 @@ def chunks(n: int, size: int = CHUNK_ROWS) -> Iterator[slice]:
 def compact_ids(ids: np.ndarray) -> np.ndarray:
     """A read-only copy of integer ids in :func:`index_dtype` (values unchanged).
 
+    A read-only memory map already of that dtype is returned as it is.
+
     Examples
     --------
     >>> out = compact_ids(np.array([0, 5, 9]))
@@ -82,7 +84,10 @@ def compact_ids(ids: np.ndarray) -> np.ndarray:
     """
     arr = np.asarray(ids)
     bounds = (int(arr.max()), int(arr.min())) if arr.size else (0, 0)
-    out = np.array(arr, dtype=index_dtype(*bounds))
+    dtype = index_dtype(*bounds)
+    if isinstance(ids, np.memmap) and ids.mode == "r" and ids.dtype == dtype:
+        return ids  # a read-only map is frozen already: no anonymous copy
+    out = np.array(arr, dtype=dtype)
     out.setflags(write=False)
     return out
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["STATS_CHUNK_ROWS", "MappedColumns", "column_stats"]
+__all__ = ["STATS_CHUNK_ROWS", "MappedColumns", "column_range", "column_stats"]
 
 STATS_CHUNK_ROWS = 1 << 20
 """Rows per pass of :func:`column_stats` (8 MiB of float64 per column)."""
@@ -105,6 +105,10 @@ class MappedColumns:
     mean, std : np.ndarray, optional
         ``(d,)`` float64 standardization, applied as ``(x - mean) / std`` in
         float64 before the cast.
+    bounds : tuple of np.ndarray, optional
+        Known per-column ``(min, max)`` of the whole ``table`` (from the cache,
+        :func:`~tpsl_flwr.data.ctr.derived.cached_range`): :func:`column_range`
+        then reads no row.
 
     Examples
     --------
@@ -125,6 +129,7 @@ class MappedColumns:
         dtype: np.dtype | type,
         mean: np.ndarray | None = None,
         std: np.ndarray | None = None,
+        bounds: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         if table.ndim != 2:
             raise ValueError(f"table must be 2-d, got shape {table.shape}")
@@ -133,6 +138,7 @@ class MappedColumns:
         self.dtype = np.dtype(dtype)
         self.mean = mean
         self.std = std
+        self.bounds = bounds
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -176,3 +182,24 @@ class MappedColumns:
         parts = [op(self[a : a + step], axis=0) for a in range(0, len(self.rows), step)]
         out = op(np.stack(parts), axis=0)
         return out if axis == 0 else op(out)
+
+
+def column_range(values: np.ndarray | MappedColumns) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column bounds of ``values``: their min and max, or known table bounds.
+
+    A :class:`MappedColumns` with ``bounds`` answers with the bounds of its
+    whole table (which contain its own rows) without reading a row.
+
+    Examples
+    --------
+    >>> t = np.array([[4, 0], [1, 9], [2, 5]], dtype=np.int32)
+    >>> [b.tolist() for b in column_range(MappedColumns(t, np.array([0, 2]), int))]
+    [[2, 0], [4, 5]]
+    >>> known = (np.array([1, 0]), np.array([4, 9]))
+    >>> c = MappedColumns(t, np.array([0, 2]), int, bounds=known)
+    >>> [b.tolist() for b in column_range(c)]
+    [[1, 0], [4, 9]]
+    """
+    if isinstance(values, MappedColumns) and values.bounds is not None:
+        return values.bounds
+    return values.min(axis=0), values.max(axis=0)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tpsl_flwr.compact_ints import is_strictly_increasing
-from tpsl_flwr.data.mapped import MappedColumns
+from tpsl_flwr.data.mapped import MappedColumns, column_range
 from tpsl_flwr.errors import ConfigError
 
 __all__ = ["DatasetSplit", "PartyFeatures", "TabularData", "check_ids"]
@@ -78,8 +78,7 @@ def _check_features(
         if card < 1:
             raise ConfigError(f"cardinality of {name!r} must be >= 1, got {card}")
     if n > 0 and categorical.shape[1] > 0:
-        lo = categorical.min(axis=0)
-        hi = categorical.max(axis=0)
+        lo, hi = column_range(categorical)
         card_arr = np.asarray(cardinalities, dtype=np.int64)
         bad = np.flatnonzero((lo < 0) | (hi >= card_arr))
         if bad.size:

@@ -230,14 +230,19 @@ def _ctr_party_view(
     standardized with the train statistics on the fly: no copy of the table.
     A record's id is its row in the file, so the ids index the map directly.
     """
+    from tpsl_flwr.data.ctr.derived import cached_range, cached_stats
+
     _, enc, tr, te = _ctr_side(spec, columns, labels=False, cache_dir=cache_dir)
     train_ids, test_ids = _frozen(tr), _frozen(te)
-    mean, std = column_stats(enc.numeric, train_ids)
+    mean, std = cached_stats(
+        enc, lambda: column_stats(enc.numeric, train_ids), **_split_settings(spec)
+    )
+    bounds = cached_range(enc)
     args = (enc.cardinalities, enc.numeric_names, enc.categorical_names)
     sides = []
     for ids in (train_ids, test_ids):
         numeric = MappedColumns(enc.numeric, ids, np.float32, mean, std)
-        categorical = MappedColumns(enc.categorical, ids, np.int64)
+        categorical = MappedColumns(enc.categorical, ids, np.int64, bounds=bounds)
         sides.append(PartyFeatures(numeric, categorical, *args))
     return PartyView(
         train=sides[0], test=sides[1], train_ids=train_ids, test_ids=test_ids
@@ -316,6 +321,7 @@ def _ctr_side(
     ``labels=False`` (a node) never converts the label column; ``labels=True``
     with no ``columns`` (the label party) converts no feature column.
     """
+    from tpsl_flwr.data.ctr.derived import cached_split
     from tpsl_flwr.data.ctr.views import encode_side, side_membership
 
     fmt, enc = encode_side(
@@ -330,14 +336,30 @@ def _ctr_side(
         hash_buckets=spec.hash_buckets,
         cache_dir=cache_dir,
     )
-    tr, te = side_membership(
+    tr, te = cached_split(
         enc,
-        split=spec.split,
-        seed=int(spec.seed),
-        test_fraction=spec.test_fraction,
-        source=spec.data_path,
+        lambda: side_membership(
+            enc,
+            split=spec.split,
+            seed=int(spec.seed),
+            test_fraction=spec.test_fraction,
+            source=spec.data_path,
+        ),
+        **_split_settings(spec),
     )
     return fmt, enc, tr, te
+
+
+def _split_settings(spec: DataSpec) -> dict[str, Any]:
+    """Every setting a CTR side's train/test membership depends on."""
+    from tpsl_flwr.data.ctr.views import TEST_DAYS
+
+    return {
+        "split": spec.split,
+        "seed": int(spec.seed),
+        "test_fraction": float(spec.test_fraction),
+        "test_days": TEST_DAYS,
+    }
 
 
 def _frozen(ids: np.ndarray) -> np.ndarray:
