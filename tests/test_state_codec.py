@@ -7,13 +7,16 @@ import math
 import numpy as np
 import pytest
 import torch
-from flwr.app import Context, RecordDict
+from flwr.app import ConfigRecord, Context, RecordDict
 
+from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.run import run_inprocess_experiment
 from tpsl_flwr.models import BottomModel
 from tpsl_flwr.simulations.client_app import builtin_party
 from tpsl_flwr.wire import client_app as client_app_module
-from tpsl_flwr.wire.client_app import NonLabelHandlers
+from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.client_app import STATE_KEY, NonLabelHandlers
 from tpsl_flwr.wire.state_codec import UnsupportedStateError, decode_state, encode_state
 
 
@@ -195,3 +198,63 @@ def test_state_the_codec_cannot_hold_falls_back_to_torch_save() -> None:
     assert record["header"] == "" and record["version"] == 3
     assert restored["extra"] == {1.5: "float key"}
     assert torch.equal(restored["bottom"]["w"], torch.ones(2))
+
+
+def test_an_engine_that_reuses_the_app_gets_only_the_version_stored() -> None:
+    # Prepare: the in-process engine's record in the node's context.state.
+    cfg = ExperimentConfig(dataset="breast-cancer", noise_seed=0)
+    context = _context(cfg)
+    context.state[P.APP_KEEPS_STATE] = ConfigRecord({"same-object": True})
+    handlers = NonLabelHandlers(builtin_party)
+    party = handlers._party(context)
+
+    # Execute: two saves, then the next message.
+    handlers._save(party, context)
+    handlers._save(party, context)
+    again = handlers._party(context)
+
+    # Assert: the version counts on, no encoded state, the same live party.
+    assert dict(context.state.config_records[STATE_KEY]) == {"version": 1}
+    assert again is party
+
+
+def test_a_kept_state_another_app_object_lacks_fails_closed() -> None:
+    # Prepare: state kept in one handler object, then asked of another.
+    cfg = ExperimentConfig(dataset="breast-cancer", noise_seed=0)
+    context = _context(cfg)
+    context.state[P.APP_KEEPS_STATE] = ConfigRecord({"same-object": True})
+    warm = NonLabelHandlers(builtin_party)
+    warm._save(warm._party(context), context)
+
+    # Execute / Assert: no fresh party silently replaces the trained one.
+    with pytest.raises(ProtocolError, match=r"version 0.*has none"):
+        NonLabelHandlers(builtin_party)._party(context)
+
+
+def test_keeping_the_state_in_the_app_trains_bit_for_bit_the_same(tmp_path) -> None:
+    # Prepare: one seeded run, state encoded every step or kept in the app.
+    cfg = ExperimentConfig(
+        dataset="breast-cancer",
+        epochs=2,
+        batch_size=64,
+        noise_seed=0,
+        checkpoint=False,
+        out_dir=str(tmp_path),
+    )
+
+    # Execute
+    kept, kept_grid = run_inprocess_experiment(cfg, seed=3)
+    encoded, encoded_grid = run_inprocess_experiment(cfg, seed=3, app_keeps_state=False)
+
+    # Assert: the same losses and AUCs; only the encoded run stores the state.
+    timing = {"seconds", "samples_per_second"}
+    strip = [
+        [{k: v for k, v in e.items() if k not in timing} for e in run["history"]]
+        for run in (kept, encoded)
+    ]
+    assert strip[0] == strip[1] and len(strip[0]) == 2
+    assert kept["test_auc"] == encoded["test_auc"]
+    for node in kept_grid.nodes:
+        assert "blob" not in node.context.state.config_records[STATE_KEY]
+    for node in encoded_grid.nodes:
+        assert len(node.context.state.config_records[STATE_KEY]["blob"]) > 0

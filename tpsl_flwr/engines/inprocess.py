@@ -108,6 +108,14 @@ class InProcessGrid(Grid):
         Called with every message as it is delivered to a node.
     on_reply : MessageHook | None
         Called with every reply as the node produces it.
+    app_keeps_state : bool
+        Tell the ClientApp, by a ``protocol.APP_KEEPS_STATE`` record in each
+        node's ``context.state``, that this grid calls the same object for
+        every message of a node: TPSL's ClientApp then keeps its party in
+        memory instead of encoding it into ``context.state`` after every step
+        (``tpsl-flwr simulate``'s local engine; a copy of tens of MB a step on
+        Criteo). Off by default: the state then round-trips through
+        ``context.state`` as on every Flower runtime.
 
     Raises
     ------
@@ -144,6 +152,7 @@ class InProcessGrid(Grid):
         record_messages: bool = False,
         on_message: MessageHook | None = None,
         on_reply: MessageHook | None = None,
+        app_keeps_state: bool = False,
     ) -> None:
         if num_nodes < 1:
             raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
@@ -176,6 +185,7 @@ class InProcessGrid(Grid):
             num_nodes=num_nodes,
             run_config=self.run_config,
             node_configs=node_configs,
+            app_keeps_state=app_keeps_state,
         )
 
     # ------------------------------------------------------------------ Grid API

@@ -26,7 +26,15 @@ from dataclasses import dataclass
 from logging import ERROR
 from uuid import uuid4
 
-from flwr.app import Context, Error, Message, RecordDict, UserConfig, UserConfigValue
+from flwr.app import (
+    ConfigRecord,
+    Context,
+    Error,
+    Message,
+    RecordDict,
+    UserConfig,
+    UserConfigValue,
+)
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.common.logger import log
 from flwr.server.utils.validator import validate_message
@@ -150,6 +158,7 @@ def make_nodes(
     num_nodes: int,
     run_config: UserConfig,
     node_configs: Sequence[Mapping[str, UserConfigValue]] | None = None,
+    app_keeps_state: bool = False,
 ) -> dict[int, VirtualNode]:
     """Create ``num_nodes`` virtual nodes with random ids and fresh contexts.
 
@@ -165,6 +174,9 @@ def make_nodes(
         Run config every node's context gets (a copy each).
     node_configs : Sequence[Mapping[str, UserConfigValue]] | None
         Extra per-node config, merged over ``partition-id``/``num-partitions``.
+    app_keeps_state : bool
+        Start every context's state with the ``protocol.APP_KEEPS_STATE``
+        record (see :class:`~tpsl_flwr.engines.inprocess.InProcessGrid`).
 
     Returns
     -------
@@ -180,11 +192,14 @@ def make_nodes(
         }
         if node_configs is not None:
             node_config.update(node_configs[partition_id])
+        state = RecordDict()
+        if app_keeps_state:
+            state[P.APP_KEEPS_STATE] = ConfigRecord({"same-object": True})
         context = Context(
             run_id=run_id,
             node_id=node_id,
             node_config=node_config,
-            state=RecordDict(),
+            state=state,
             run_config=dict(run_config),
         )
         nodes[node_id] = VirtualNode(node_id, partition_id, context)

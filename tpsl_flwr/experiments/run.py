@@ -227,7 +227,9 @@ def run_inprocess_experiment(
         Seconds to wait for each reply of a node.
     **grid_options
         Keyword options of :class:`~tpsl_flwr.engines.inprocess.InProcessGrid`
-        (``record_messages``, ``seed``, ``on_message``, ...).
+        (``record_messages``, ``seed``, ``on_message``, ...); ``app_keeps_state``
+        is True unless given: the nodes keep their parties in the ClientApp
+        object instead of encoding them into ``context.state`` every step.
 
     Returns
     -------
@@ -243,6 +245,7 @@ def run_inprocess_experiment(
         from tpsl_flwr.simulations.client_app import app
 
         client_app = app
+    grid_options.setdefault("app_keeps_state", True)  # one object, one process
     grid = InProcessGrid(
         client_app, cfg.num_parties, run_config=cfg.to_run_config(), **grid_options
     )

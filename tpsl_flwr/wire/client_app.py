@@ -2,8 +2,10 @@
 
 Each SuperNode is one non-label party. Only ``context.state`` survives between
 messages of a node, so the bottom model and its optimizer live there
-(serialized with :mod:`tpsl_flwr.wire.state_codec`). The label party's half of
-the same messages is :mod:`tpsl_flwr.wire.label_side`.
+(serialized with :mod:`tpsl_flwr.wire.state_codec`), unless the engine says it
+reuses the ClientApp object (``protocol.APP_KEEPS_STATE``, the in-process
+engine): then only the state's version is stored and a mismatch is an error.
+The label party's half of the same messages is :mod:`tpsl_flwr.wire.label_side`.
 
 Bring your own bottom model and feature store: write a factory
 ``(context) -> NonLabelParty`` and build the app with
@@ -184,6 +186,13 @@ class NonLabelHandlers:
         cached = self._cache.get(cache_key)
         if cached is not None and cached[0] == version:
             return cached[1]
+        if record is not None and "blob" not in record:
+            raise ProtocolError(
+                f"this node's state (version {version}) was kept in the ClientApp "
+                "object the engine promised to reuse, and this one has "
+                + ("none" if cached is None else f"version {cached[0]}")
+                + f"; the engine's {P.APP_KEEPS_STATE!r} record is wrong for it"
+            )
         party = self.factory(context)
         if record is not None:
             party.load_state_dict(_state_from_record(record))
@@ -195,7 +204,14 @@ class NonLabelHandlers:
         version = (
             0 if record is None else P.as_int(record["version"], "state version") + 1
         )
-        context.state[STATE_KEY] = _state_record(party.state_dict(), version)
+        if P.APP_KEEPS_STATE in context.state.config_records:
+            # The engine calls this object for every message of the node (the
+            # in-process engine): encoding the state (tens of MB for a Criteo
+            # bottom model and its Adam moments) after every step would only
+            # copy it. Deployment and Ray never write the record.
+            context.state[STATE_KEY] = ConfigRecord({"version": version})
+        else:
+            context.state[STATE_KEY] = _state_record(party.state_dict(), version)
         self._cache[(context.run_id, context.node_id)] = (version, party)
 
     def _checkpoint_file(self, context: Context, asked: str) -> Path:

@@ -63,6 +63,12 @@ RESTORE_BEST = "restore-best"
 WIRE_DTYPE = "wire-dtype"
 """Float dtype of embeddings and gradients on the wire (:mod:`.wire_dtype`)."""
 
+# A record of a node's context.state written by an engine, never sent.
+APP_KEEPS_STATE = "tpsl.app-keeps-state"
+"""Present when the engine calls one ClientApp object for every message of a
+node in one process (the in-process engine): the node keeps its party in that
+object and stores only the state's version in ``context.state``."""
+
 # Keys of NODE; the same two names are the keys of a SuperNode's node config
 # (``flower-supernode --node-config "partition-id=I num-partitions=N"``).
 PARTITION_ID = "partition-id"
