@@ -113,9 +113,17 @@ def test_label_and_party_sides_store_their_own_split_and_agree(
 
 @pytest.mark.parametrize(
     "damage",
-    ["truncate", "shuffle", "overlap", "foreign-dtype", "garbage-stats"],
+    [
+        "empty",
+        "truncate",
+        "shuffle",
+        "overlap",
+        "swapped",
+        "foreign-dtype",
+        "garbage-stats",
+    ],
 )
-def test_damaged_files_are_ignored_and_recomputed(
+def test_damaged_or_wrong_files_are_ignored_and_recomputed(
     criteo: DataSpec, tmp_path: Path, damage: str
 ) -> None:
     # Prepare: store the facts, then damage one of them.
@@ -124,14 +132,19 @@ def test_damaged_files_are_ignored_and_recomputed(
     files = _derived_files(cache)
     train = next(p for p in files if p.name.endswith("-train.npy"))
     test = next(p for p in files if p.name.endswith("-test.npy"))
-    ids = np.load(train)
-    if damage == "truncate":
+    ids, tst = np.load(train), np.load(test)
+    if damage == "empty":  # what a crash before the data reached the disk leaves
+        _replace(train, b"")
+    elif damage == "truncate":
         _replace(train, train.read_bytes()[:100])
     elif damage == "shuffle":
         _replace(train, ids[::-1].copy())
     elif damage == "overlap":  # counts add up, but train repeats a test id
-        tst = np.load(test)
         _replace(train, np.sort(np.concatenate([ids[1:], tst[:1]])))
+    elif damage == "swapped":  # a valid partition of the same sizes, not this split
+        k = tst.size // 2
+        _replace(train, np.sort(np.concatenate([ids[k:], tst[:k]])))
+        _replace(test, np.sort(np.concatenate([tst[k:], ids[:k]])))
     elif damage == "foreign-dtype":
         _replace(train, ids.astype(np.float64))
     else:
@@ -139,15 +152,71 @@ def test_damaged_files_are_ignored_and_recomputed(
         _replace(stats, np.full((2, 2), np.nan))
 
     # Execute
-    again = _party(criteo, cache) if damage != "overlap" else None
+    again = _party(criteo, cache)
 
-    # Assert: the same view as before; an overlap that passes the shape checks
-    # is caught by the view's disjointness check instead of being used.
-    if again is not None:
-        _same(again, reference)
-    else:
-        with pytest.raises(ConfigError, match="must be disjoint"):
-            _party(criteo, cache)
+    # Assert: the same view as before, and the file is right again.
+    _same(again, reference)
+    assert np.array_equal(np.load(train), reference.train_ids)
+    assert np.array_equal(np.load(test), reference.test_ids)
+
+
+def test_a_second_start_computes_nothing_again(
+    criteo: DataSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prepare: count every pass that derives a fact from all rows.
+    from tpsl_flwr.data.ctr import views as ctr_views
+
+    calls: list[str] = []
+
+    def counted(name: str, fn):  # type: ignore[no-untyped-def]
+        def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(name)
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(
+        ctr_views, "side_membership", counted("split", ctr_views.side_membership)
+    )
+    monkeypatch.setattr(views, "column_stats", counted("stats", views.column_stats))
+    monkeypatch.setattr(derived, "table_range", counted("range", derived.table_range))
+    cache = tmp_path / "cache"
+
+    # Execute
+    first = _party(criteo, cache)
+    on_first = sorted(calls)
+    calls.clear()
+    second = _party(criteo, cache)
+
+    # Assert: the first start derives each fact once, the second none.
+    assert on_first == ["range", "split", "stats"]
+    assert calls == []
+    _same(first, second)
+
+
+def test_a_table_out_of_range_is_refused_and_its_range_never_kept(
+    criteo: DataSpec, tmp_path: Path
+) -> None:
+    # Prepare: a node entry whose table holds a code past its cardinality.
+    cache = tmp_path / "cache"
+    _party(criteo, cache)
+    range_file = next(p for p in _derived_files(cache) if p.name.startswith("range"))
+    entry = range_file.parent.parent
+    good = np.load(entry / "categorical.npy")
+    range_file.unlink()
+    bad = good.copy()
+    bad[5, 0] = 1_000_000
+    _replace(entry / "categorical.npy", bad)
+
+    # Execute / Assert: refused, and no range stored for the bad table.
+    with pytest.raises(ConfigError, match="must hold values in"):
+        _party(criteo, cache)
+    assert not range_file.exists()
+
+    # Execute / Assert: the repaired table is accepted again.
+    _replace(entry / "categorical.npy", good)
+    _party(criteo, cache)
+    assert range_file.exists()
 
 
 def test_each_setting_keys_its_own_split(criteo: DataSpec, tmp_path: Path) -> None:

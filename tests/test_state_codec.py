@@ -258,3 +258,17 @@ def test_keeping_the_state_in_the_app_trains_bit_for_bit_the_same(tmp_path) -> N
         assert "blob" not in node.context.state.config_records[STATE_KEY]
     for node in encoded_grid.nodes:
         assert len(node.context.state.config_records[STATE_KEY]["blob"]) > 0
+
+
+def test_a_fresh_context_never_gets_another_runs_party() -> None:
+    # Prepare: run A's node built its party and stopped before saving; run B
+    # (a seeded grid: the same run and node ids) starts with a fresh context.
+    cfg = ExperimentConfig(dataset="breast-cancer", noise_seed=0)
+    handlers = NonLabelHandlers(builtin_party)
+    party_a = handlers._party(_context(cfg))
+
+    # Execute
+    party_b = handlers._party(_context(cfg))
+
+    # Assert: B's node is built from B's context, not taken from A.
+    assert party_b is not party_a

@@ -322,7 +322,7 @@ def _ctr_side(
     with no ``columns`` (the label party) converts no feature column.
     """
     from tpsl_flwr.data.ctr.derived import cached_split
-    from tpsl_flwr.data.ctr.views import encode_side, side_membership
+    from tpsl_flwr.data.ctr.views import encode_side, side_is_test, side_membership
 
     fmt, enc = encode_side(
         spec.dataset,
@@ -340,6 +340,14 @@ def _ctr_side(
         enc,
         lambda: side_membership(
             enc,
+            split=spec.split,
+            seed=int(spec.seed),
+            test_fraction=spec.test_fraction,
+            source=spec.data_path,
+        ),
+        lambda ids: side_is_test(
+            enc,
+            ids,
             split=spec.split,
             seed=int(spec.seed),
             test_fraction=spec.test_fraction,

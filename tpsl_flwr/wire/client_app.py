@@ -184,8 +184,8 @@ class NonLabelHandlers:
         version = -1 if record is None else P.as_int(record["version"], "state version")
         cache_key = (context.run_id, context.node_id)
         cached = self._cache.get(cache_key)
-        if cached is not None and cached[0] == version:
-            return cached[1]
+        if cached is not None and cached[0] == version and version >= 0:
+            return cached[1]  # never at -1: a fresh context is a new run's node
         if record is not None and "blob" not in record:
             raise ProtocolError(
                 f"this node's state (version {version}) was kept in the ClientApp "
@@ -238,7 +238,7 @@ class NonLabelHandlers:
                 context.state[BEST_KEY] = _state_record(
                     saved["best"], int(saved["best_epoch"])
                 )
-            self._save(party, context)
+        self._save(party, context)  # version 0: later messages find this party
         partition, parties = partition_of(context)
         width = int(party.embed(np.array([0]), "train").shape[1])
         info = ConfigRecord(

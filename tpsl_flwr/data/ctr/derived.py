@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,26 +65,91 @@ def _load(path: Path, mmap: bool) -> np.ndarray | None:
     """The array at ``path`` (read-only), or None if absent or unreadable."""
     try:
         arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (OSError, ValueError):
+    except Exception:
         return None
     if not mmap:
         arr.setflags(write=False)
     return arr
 
 
+_STALE_SECONDS = 3600
+"""A temporary file older than this is a killed writer's: removed by the next."""
+
+
 def _store(folder: Path, name: str, arr: np.ndarray) -> None:
-    """Write ``arr`` to ``folder/name.npy`` atomically; skip if not writable."""
+    """Write ``arr`` to ``folder/name.npy`` durably, atomically; skip if unwritable.
+
+    The bytes reach the disk (``fsync``) before the rename, so a crash leaves
+    the old file, no file, or the whole new one, never an empty one.
+    """
     try:
         folder.mkdir(mode=0o700, exist_ok=True)
+        _remove_stale(folder, name)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}-", suffix=".tmp")
     except OSError:
         return
     try:
         with os.fdopen(fd, "wb") as fh:
             np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, folder / f"{name}.npy")
     except OSError:
         Path(tmp).unlink(missing_ok=True)
+
+
+def _remove_stale(folder: Path, name: str) -> None:
+    """Remove temporary files of ``name`` that a killed writer left behind."""
+    now = time.time()
+    for tmp in folder.glob(f".{name}-*.tmp"):
+        try:
+            if now - tmp.stat().st_mtime > _STALE_SECONDS:
+                tmp.unlink()
+        except OSError:
+            continue
+
+
+_SAMPLE_IDS = 4096
+"""Record ids whose stored membership is checked against a recomputation."""
+
+
+def _sample_ids(rows: int) -> np.ndarray:
+    """Fixed ids to check: evenly spaced and seeded-random, both ends included."""
+    spaced = np.linspace(0, rows - 1, _SAMPLE_IDS // 2).astype(np.int64)
+    drawn = np.random.default_rng(0).integers(0, rows, _SAMPLE_IDS // 2)
+    return np.unique(np.concatenate([spaced, drawn]))
+
+
+def _contains(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Whether each of ``ids`` is in the increasing ``sorted_ids``."""
+    if sorted_ids.size == 0:
+        return np.zeros(ids.shape, dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
+    return np.asarray(sorted_ids[pos] == ids)
+
+
+def _is_partition(
+    train: np.ndarray,
+    test: np.ndarray,
+    rows: int,
+    membership: Callable[[np.ndarray], np.ndarray],
+) -> bool:
+    """Whether stored ids are this split: a partition agreeing with a recomputation.
+
+    Sizes adding up to ``rows`` plus no shared id make a partition of
+    ``0..rows-1``; the sample then checks it is *this* split (another seed's,
+    or one of an older membership rule, differs on about half the sample).
+    """
+    if not (_is_ids(train, rows) and _is_ids(test, rows)):
+        return False
+    if train.size + test.size != rows:
+        return False
+    for part in chunks(test.size):
+        if _contains(train, np.asarray(test[part])).any():
+            return False
+    sample = _sample_ids(rows)
+    want = np.asarray(membership(sample), dtype=bool)
+    return bool(np.array_equal(_contains(test, sample), want))
 
 
 def _is_ids(arr: np.ndarray | None, rows: int) -> bool:
@@ -98,9 +164,14 @@ def _is_ids(arr: np.ndarray | None, rows: int) -> bool:
 def cached_split(
     enc: EncodedFile,
     compute: Callable[[], tuple[np.ndarray, np.ndarray]],
+    membership: Callable[[np.ndarray], np.ndarray],
     **settings: object,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Train and test record ids of ``enc``, from ``derived/`` or ``compute``.
+
+    Stored ids are used only if they are increasing, in range, a partition of
+    the rows (no id in both) and agree with ``membership`` on 4,096 fixed ids;
+    otherwise they are recomputed and stored anew.
 
     Parameters
     ----------
@@ -109,6 +180,9 @@ def cached_split(
     compute : callable
         Returns ``(train_ids, test_ids)`` (increasing, compact integers); called
         when no valid file exists, its result stored.
+    membership : callable
+        ``(ids) -> bool array``: whether each of the given record ids is a test
+        record, by the same rule as ``compute``.
     **settings
         Every setting the split depends on (split, seed, fraction, days).
 
@@ -124,13 +198,11 @@ def cached_split(
         train = _load(folder / f"{stem}-train.npy", mmap=True)
         test = _load(folder / f"{stem}-test.npy", mmap=True)
         if (
-            _is_ids(train, rows)
-            and _is_ids(test, rows)
-            and train is not None
+            train is not None
             and test is not None
-            and train.size + test.size == rows
+            and _is_partition(train, test, rows, membership)
         ):
-            return train, test  # a partition once the views check disjointness
+            return train, test
     train, test = compute()
     if folder is None:
         return train, test
@@ -205,19 +277,28 @@ def table_range(
 def cached_range(enc: EncodedFile) -> tuple[np.ndarray, np.ndarray]:
     """Per-column code range of the whole ``enc.categorical`` table.
 
+    Stored only when every code lies in ``[0, cardinality)``: a range that
+    fails the views' check is recomputed at every start, never kept, so a
+    repaired table is accepted again. (A stored range stands for the table it
+    was computed from; the cache entry's arrays are trusted as for every
+    other use of them.)
+
     Returns
     -------
     lo, hi : np.ndarray
         ``(d,)`` int64; the rows of any view lie within them.
     """
     d = int(enc.categorical.shape[1])
+    cards = np.asarray(enc.cardinalities, dtype=np.int64)
     folder = _folder(enc)
     stem = _name("range", rows=int(enc.meta["rows"]), columns=d)
     if folder is not None:
         got = _load(folder / f"{stem}.npy", mmap=False)
         if got is not None and got.shape == (2, d) and got.dtype == np.int64:
-            return got[0].copy(), got[1].copy()
+            if (got[0] <= got[1]).all():
+                return got[0].copy(), got[1].copy()
     lo, hi = table_range(enc.categorical)
-    if folder is not None:
+    valid = cards.shape == (d,) and bool(((lo >= 0) & (hi < cards)).all())
+    if folder is not None and valid and int(enc.meta["rows"]) > 0:
         _store(folder, stem, np.stack([lo, hi]))
     return lo, hi

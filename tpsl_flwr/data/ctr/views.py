@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tpsl_flwr.compact_ints import index_dtype
 from tpsl_flwr.data.ctr.criteo import criteo_format
 from tpsl_flwr.data.ctr.files import EncodedFile, EncodeOptions, encode_file
 from tpsl_flwr.data.ctr.formats import AVAZU, CTRFormat
@@ -26,9 +27,9 @@ from tpsl_flwr.data.ctr.load import (
     ctr_is_test,
     resolve_buckets,
 )
-from tpsl_flwr.data.membership import split_positions
+from tpsl_flwr.data.membership import hash_is_test, split_positions
 
-__all__ = ["TEST_DAYS", "encode_side", "side_info", "side_membership"]
+__all__ = ["TEST_DAYS", "encode_side", "side_info", "side_is_test", "side_membership"]
 
 TEST_DAYS = 1
 """Days Avazu's time split holds out (as :func:`~tpsl_flwr.data.load_dataset`)."""
@@ -144,6 +145,39 @@ def side_membership(
     )
     train, test = split_positions(is_test, split, test_fraction)
     return train, test
+
+
+def side_is_test(
+    enc: EncodedFile,
+    ids: np.ndarray,
+    *,
+    split: str,
+    seed: int,
+    test_fraction: float,
+    source: str,
+) -> np.ndarray:
+    """Whether each record id in ``ids`` is a test record (:func:`side_membership`).
+
+    The random split hashes only ``ids``; a time split computes the file's mask
+    (a comparison per row) and reads ``ids`` from it.
+    """
+    n = int(enc.meta["rows"])
+    if split != "time":
+        return hash_is_test(
+            np.asarray(ids).astype(index_dtype(n)),  # as ctr_is_test hashes them
+            seed=seed,
+            test_fraction=test_fraction,
+        )
+    mask = ctr_is_test(
+        n,
+        None if enc.hours is None else np.asarray(enc.hours),
+        split=split,
+        seed=seed,
+        test_fraction=test_fraction,
+        test_days=TEST_DAYS,
+        source=source,
+    )
+    return mask[np.asarray(ids)]
 
 
 def side_info(fmt: CTRFormat, enc: EncodedFile, split: str) -> dict[str, Any]:
