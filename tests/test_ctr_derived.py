@@ -59,6 +59,11 @@ def _derived_files(cache: Path) -> list[Path]:
     return sorted(cache.glob("*/derived/*.npy"))
 
 
+def _stored(cache: Path, kind: str) -> Path:
+    """The one stored file of ``kind`` (``range``, ``stats``) under ``cache``."""
+    return next(p for p in _derived_files(cache) if p.name.startswith(kind))
+
+
 @pytest.fixture
 def criteo(tmp_path: Path) -> DataSpec:
     path = write_criteo(tmp_path / "train.txt", 3000, seed=3).path
@@ -148,7 +153,7 @@ def test_damaged_or_wrong_files_are_ignored_and_recomputed(
     elif damage == "foreign-dtype":
         _replace(train, ids.astype(np.float64))
     else:
-        stats = next(p for p in files if p.name.startswith("stats"))
+        stats = _stored(cache, "stats")
         _replace(stats, np.full((2, 2), np.nan))
 
     # Execute
@@ -200,7 +205,7 @@ def test_a_table_out_of_range_is_refused_and_its_range_never_kept(
     # Prepare: a node entry whose table holds a code past its cardinality.
     cache = tmp_path / "cache"
     _party(criteo, cache)
-    range_file = next(p for p in _derived_files(cache) if p.name.startswith("range"))
+    range_file = _stored(cache, "range")
     entry = range_file.parent.parent
     good = np.load(entry / "categorical.npy")
     range_file.unlink()
@@ -279,7 +284,7 @@ def test_a_stored_range_out_of_bounds_fails_closed(
     # Prepare: a stored code range claiming a code past the cardinality.
     cache = tmp_path / "cache"
     _party(criteo, cache)
-    stored = next(p for p in _derived_files(cache) if p.name.startswith("range"))
+    stored = _stored(cache, "range")
     lo, hi = np.load(stored)
     _replace(stored, np.stack([lo, hi + 10_000]))
 

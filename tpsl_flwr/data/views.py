@@ -336,23 +336,16 @@ def _ctr_side(
         hash_buckets=spec.hash_buckets,
         cache_dir=cache_dir,
     )
+    rule: dict[str, Any] = {
+        "split": spec.split,
+        "seed": int(spec.seed),
+        "test_fraction": spec.test_fraction,
+        "source": spec.data_path,
+    }
     tr, te = cached_split(
         enc,
-        lambda: side_membership(
-            enc,
-            split=spec.split,
-            seed=int(spec.seed),
-            test_fraction=spec.test_fraction,
-            source=spec.data_path,
-        ),
-        lambda ids: side_is_test(
-            enc,
-            ids,
-            split=spec.split,
-            seed=int(spec.seed),
-            test_fraction=spec.test_fraction,
-            source=spec.data_path,
-        ),
+        lambda: side_membership(enc, **rule),
+        lambda ids: side_is_test(enc, ids, **rule),
         **_split_settings(spec),
     )
     return fmt, enc, tr, te

@@ -133,9 +133,19 @@ def side_membership(
     ConfigError
         If train or test is empty, or the time split finds a single day.
     """
-    n = int(enc.meta["rows"])
-    is_test = ctr_is_test(
-        n,
+    is_test = _file_is_test(
+        enc, split=split, seed=seed, test_fraction=test_fraction, source=source
+    )
+    train, test = split_positions(is_test, split, test_fraction)
+    return train, test
+
+
+def _file_is_test(
+    enc: EncodedFile, *, split: str, seed: int, test_fraction: float, source: str
+) -> np.ndarray:
+    """The ``(rows,)`` test mask of every record of an encoded side."""
+    return ctr_is_test(
+        int(enc.meta["rows"]),
         None if enc.hours is None else np.asarray(enc.hours),
         split=split,
         seed=seed,
@@ -143,8 +153,6 @@ def side_membership(
         test_days=TEST_DAYS,
         source=source,
     )
-    train, test = split_positions(is_test, split, test_fraction)
-    return train, test
 
 
 def side_is_test(
@@ -161,21 +169,14 @@ def side_is_test(
     The random split hashes only ``ids``; a time split computes the file's mask
     (a comparison per row) and reads ``ids`` from it.
     """
-    n = int(enc.meta["rows"])
     if split != "time":
-        return hash_is_test(
-            np.asarray(ids).astype(index_dtype(n)),  # as ctr_is_test hashes them
+        return hash_is_test(  # ids in the dtype ctr_is_test hashes them in
+            np.asarray(ids).astype(index_dtype(int(enc.meta["rows"]))),
             seed=seed,
             test_fraction=test_fraction,
         )
-    mask = ctr_is_test(
-        n,
-        None if enc.hours is None else np.asarray(enc.hours),
-        split=split,
-        seed=seed,
-        test_fraction=test_fraction,
-        test_days=TEST_DAYS,
-        source=source,
+    mask = _file_is_test(
+        enc, split=split, seed=seed, test_fraction=test_fraction, source=source
     )
     return mask[np.asarray(ids)]
 
