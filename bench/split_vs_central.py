@@ -43,6 +43,7 @@ from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_inprocess_experiment
 from tpsl_flwr.experiments.training_settings import training_of
 from tpsl_flwr.models import num_outputs_for
+from tpsl_flwr.parties.optim import adam
 
 TARGET = 0.8
 
@@ -112,7 +113,7 @@ def central_rate(cfg: ExperimentConfig) -> float:
     params = [p for b, _, _ in parts for p in b.parameters()] + list(top.parameters())
     # The rule of the split run (batch-size / lr = 0: from the training rows).
     training = training_of(cfg, len(data.train.labels))
-    optimizer = torch.optim.Adam(params, lr=training.lr)
+    optimizer = adam(training.lr, cfg.weight_decay)(params)  # the split run's
     tensors = [
         (
             torch.as_tensor(tr.numeric, dtype=torch.float32),

@@ -1,5 +1,6 @@
 """Fixtures shared by the test modules."""
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -41,3 +42,16 @@ def private_ledger(tmp_path_factory, monkeypatch) -> Iterator[None]:
 
     monkeypatch.setenv(LEDGER_ENV, str(tmp_path_factory.mktemp("ledger")))
     yield
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def kernel_backend(request: pytest.FixtureRequest, monkeypatch) -> str:
+    """Run a CTR ingest test on the compiled kernels and on the numpy path."""
+    from tpsl_flwr.data.ctr import kernels
+
+    if request.param == "compiled" and not kernels.ENABLED:
+        if os.environ.get("TPSL_FLWR_JIT") == "0":
+            pytest.skip("compiled kernels disabled by TPSL_FLWR_JIT=0")
+        pytest.fail("numba is a dependency: the compiled kernels must be enabled")
+    monkeypatch.setattr(kernels, "ENABLED", request.param == "compiled")
+    return str(request.param)

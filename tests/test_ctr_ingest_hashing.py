@@ -9,13 +9,20 @@ Arrow layout of a sliced chunk (int32 offsets that do not start at 0).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from tpsl_flwr.data.ctr import kernels
 from tpsl_flwr.data.ctr.hashing import fmix64, hash_buckets_of, hash_tokens
 from tpsl_flwr.data.ctr.parse import field_of
 from tpsl_flwr.testing.reference_hash import reference_hash
+
+pytestmark = pytest.mark.usefixtures("kernel_backend")
 
 
 def _tokens(rng: np.random.Generator, kind: str, n: int) -> list[bytes]:
@@ -101,3 +108,45 @@ def test_fmix64_golden_and_input_untouched() -> None:
     # Assert: MurmurHash3's finalizer (0 is its fixed point); the input is kept
     assert [hex(int(v)) for v in mixed[:2]] == ["0x0", "0xb456bcfc34c2cb2c"]
     np.testing.assert_array_equal(h, before)
+
+
+def test_jit_can_be_switched_off_by_the_environment() -> None:
+    # Execute: a fresh interpreter with TPSL_FLWR_JIT=0
+    code = (
+        "from tpsl_flwr.data.ctr import kernels\n"
+        "from tpsl_flwr.data.ctr.hashing import hash_tokens\n"
+        "print(kernels.ENABLED, hash_tokens(['68fd1e64', ''], 'C1', 1000).tolist())"
+    )
+    env = {**os.environ, "TPSL_FLWR_JIT": "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    # Assert: the numpy path, the same codes
+    assert out.split() == ["False", "[601,", "0]"]
+
+
+def test_disabled_kernels_refuse_rather_than_guess(kernel_backend: str) -> None:
+    # Execute / Assert: on the numpy path the kernel entry points say why not
+    if kernel_backend == "compiled":
+        got = kernels.hash_fields(np.zeros(1, np.uint8), np.zeros(2, np.int64), 0, 0, 2)
+        assert got.tolist() == [0]  # one empty token
+        return
+    with pytest.raises(RuntimeError, match="TPSL_FLWR_JIT=0"):
+        kernels.hash_fields(np.zeros(1, np.uint8), np.zeros(2, np.int64), 0, 0, 2)
+
+
+def test_warm_up_loads_the_kernels_once(kernel_backend: str) -> None:
+    # Execute
+    loading = kernels.warm_up()
+    # Assert: nothing to load on the numpy path; once loaded, no second thread
+    if kernel_backend == "numpy":
+        assert loading is None
+        return
+    if loading is not None:
+        loading.join(timeout=120)
+        assert not loading.is_alive()
+    assert kernels.warm_up() is None

@@ -10,6 +10,7 @@ import pytest
 
 from tpsl_flwr.data.ctr.parse import field_of, parse_ints
 
+pytestmark = pytest.mark.usefixtures("kernel_backend")
 _INT = re.compile(rb"-?[0-9]{1,18}")
 
 

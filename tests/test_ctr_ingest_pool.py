@@ -98,3 +98,39 @@ def test_bad_sizes_name_the_value(bad: object) -> None:
 
 def test_usable_cores_is_positive() -> None:
     assert usable_cores() >= 1
+
+
+def test_ordered_map_reads_further_ahead_while_busy() -> None:
+    # Prepare: the workers block until released; count items read meanwhile
+    release = threading.Event()
+    read: list[int] = []
+
+    def source() -> Iterator[int]:
+        for i in range(40):
+            read.append(i)
+            yield i
+
+    def work(i: int) -> int:
+        release.wait(timeout=5)
+        return i
+
+    def first_result(busy: bool) -> int:
+        read.clear()
+        release.clear()
+        mapped = ordered_map(
+            work, source(), workers=2, ahead=3, ahead_at_first=(20, lambda: busy)
+        )
+        timer = threading.Timer(0.3, release.set)
+        timer.start()
+        try:
+            next(mapped)
+            return len(read)
+        finally:
+            mapped.close()
+            timer.cancel()
+
+    # Execute
+    while_busy, after = first_result(True), first_result(False)
+    # Assert: 20 + 1 items submitted before the first result while busy, else 3 + 1
+    assert (while_busy, after) == (21, 4)
+    assert not _threads("ctr-encode")

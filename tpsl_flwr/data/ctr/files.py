@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tpsl_flwr.data.ctr import kernels
 from tpsl_flwr.data.ctr.cache import (
     CACHE_VERSION,
     CacheEntry,
@@ -62,6 +63,8 @@ __all__ = ["EncodedFile", "encode_file"]
 LOG = logging.getLogger(__name__)
 ENCODE_THREADS = 4
 """Most threads encoding chunks at once (fewer on a machine with fewer cores)."""
+LOADING_AHEAD = 32
+"""Chunks parsed ahead (~110 MB at most) while the compiled kernels load."""
 
 
 @dataclass(frozen=True)
@@ -307,7 +310,9 @@ def _encode_into(
         # This thread parses the next chunks while a pool encodes the ones
         # before; results are taken here in file order, as a sequential read.
         workers = max(1, min(ENCODE_THREADS, usable_cores()))
-        encoded = ordered_map(encode, reader.chunks(), workers)
+        loading = kernels.warm_up()  # parse on while the kernels load
+        first = None if loading is None else (LOADING_AHEAD, loading.is_alive)
+        encoded = ordered_map(encode, reader.chunks(), workers, ahead_at_first=first)
         with closing(encoded) as results:
             for (chunk, bad, error), state in results:
                 if on_bad_rows == "error":

@@ -1,4 +1,4 @@
-r"""The hashing trick and the count transform of the CTR loaders (numpy only).
+r"""The hashing trick and the count transform of the CTR loaders.
 
 **Hashing.** A categorical token (the bytes of one field, e.g. Criteo's
 ``"68fd1e64"``) of column ``name`` goes to bucket
@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
+
+from tpsl_flwr.data.ctr import kernels
 
 __all__ = [
     "DEFAULT_HASH_BUCKETS",
@@ -127,11 +129,24 @@ def hash_buckets_of(
     tokens are consecutive rows of one ``(k, width)`` byte matrix: a view of
     ``data``, hashed column by column in place, with no gather and no index
     array. Other columns (Avazu's) take one masked step per byte position.
-    Both compute the formula of the module docstring, bit for bit.
+    Both compute the formula of the module docstring, bit for bit, as does the
+    compiled kernel used instead when :data:`kernels.ENABLED` (one pass per token,
+    :mod:`tpsl_flwr.data.ctr.kernels`).
     """
     off = np.asarray(offsets)
     if off.dtype != np.int64:
         off = off.astype(np.int64)
+    if kernels.ENABLED:
+        salt = (int(seed) * _GOLDEN) & _MASK
+        raw = np.asarray(data, dtype=np.uint8)
+        return kernels.hash_fields(raw, off, _column_state(column), salt, buckets)
+    return _hash_with_numpy(data, off, column, buckets, seed)
+
+
+def _hash_with_numpy(
+    data: np.ndarray, off: np.ndarray, column: str, buckets: int, seed: int
+) -> np.ndarray:
+    """:func:`hash_buckets_of` in numpy steps (``off``: int64 offsets)."""
     starts = off[:-1]
     lengths = off[1:] - starts
     n = lengths.shape[0]

@@ -32,7 +32,11 @@ def usable_cores() -> int:
 
 
 def ordered_map(
-    fn: Callable[[T], R], items: Iterable[T], workers: int, ahead: int | None = None
+    fn: Callable[[T], R],
+    items: Iterable[T],
+    workers: int,
+    ahead: int | None = None,
+    ahead_at_first: tuple[int, Callable[[], bool]] | None = None,
 ) -> Generator[R, None, None]:
     """Yield ``fn(item)`` for every item, in order, computed by a thread pool.
 
@@ -47,6 +51,10 @@ def ordered_map(
         Threads (at least 1).
     ahead : int, optional
         Items submitted ahead of the one consumed (default ``workers + 1``).
+    ahead_at_first : (int, callable), optional
+        ``(more, busy)``: up to ``more`` items instead of ``ahead`` while
+        ``busy()`` is true (e.g. while the workers' code is still loading, so
+        the source goes on being read meanwhile).
 
     Yields
     ------
@@ -85,7 +93,10 @@ def ordered_map(
                 failure = exc  # their results come first, as they would in order
                 break
             pending.append(pool.submit(fn, item))
-            if len(pending) > ahead:
+            limit = ahead
+            if ahead_at_first is not None and ahead_at_first[1]():
+                limit = max(ahead, ahead_at_first[0])
+            if len(pending) > limit:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
