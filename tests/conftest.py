@@ -49,7 +49,7 @@ def kernel_backend(request: pytest.FixtureRequest, monkeypatch) -> str:
     """Run a CTR ingest test on the compiled kernels and on the numpy path."""
     from tpsl_flwr.data.ctr import kernels
 
-    if request.param == "compiled" and not kernels.ENABLED:
+    if request.param == "compiled" and not kernels.available():
         if os.environ.get("TPSL_FLWR_JIT") == "0":
             pytest.skip("compiled kernels disabled by TPSL_FLWR_JIT=0")
         pytest.fail("numba is a dependency: the compiled kernels must be enabled")

@@ -150,3 +150,26 @@ def test_warm_up_loads_the_kernels_once(kernel_backend: str) -> None:
         loading.join(timeout=120)
         assert not loading.is_alive()
     assert kernels.warm_up() is None
+
+
+def test_a_numba_that_cannot_import_falls_back_to_numpy(
+    kernel_backend: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Prepare: numba's import fails (as a numba built for another numpy would)
+    if kernel_backend == "numpy":
+        pytest.skip("the numpy path never imports numba")
+    monkeypatch.setitem(sys.modules, "numba", None)
+    kernels._compiled_once.cache_clear()
+    try:
+        # Execute
+        got = hash_tokens(["68fd1e64", "", "05db9164"], "C1", 1000).tolist()
+        # Assert: the same codes, the numpy path, said once in the log
+        assert got == [601, 0, 966]
+        assert not kernels.available()
+        assert "numba cannot be imported" in caplog.text
+    finally:
+        monkeypatch.undo()
+        kernels._compiled_once.cache_clear()
+    assert kernels.available()

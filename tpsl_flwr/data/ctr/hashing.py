@@ -130,13 +130,13 @@ def hash_buckets_of(
     ``data``, hashed column by column in place, with no gather and no index
     array. Other columns (Avazu's) take one masked step per byte position.
     Both compute the formula of the module docstring, bit for bit, as does the
-    compiled kernel used instead when :data:`kernels.ENABLED` (one pass per token,
+    compiled kernel used instead when :func:`kernels.available` (one pass per token,
     :mod:`tpsl_flwr.data.ctr.kernels`).
     """
     off = np.asarray(offsets)
     if off.dtype != np.int64:
         off = off.astype(np.int64)
-    if kernels.ENABLED:
+    if kernels.available():
         salt = (int(seed) * _GOLDEN) & _MASK
         raw = np.asarray(data, dtype=np.uint8)
         return kernels.hash_fields(raw, off, _column_state(column), salt, buckets)

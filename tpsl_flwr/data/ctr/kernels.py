@@ -11,14 +11,15 @@ formula and grammar). They release the GIL, so the ingest's thread pool
 (:mod:`tpsl_flwr.data.ctr.pool`) runs them on every core, and they are compiled
 once per machine (numba's on-disk cache).
 
-When numba cannot be imported, or ``TPSL_FLWR_JIT=0`` is set, :data:`ENABLED` is
-False and the callers keep their numpy paths: the codes and values are the same,
-only slower.
+When numba is not installed or cannot be imported, or ``TPSL_FLWR_JIT=0`` is set,
+:func:`available` is False and the callers keep their numpy paths: the codes and
+values are the same, only slower.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import threading
 from functools import lru_cache
@@ -26,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ENABLED", "hash_fields", "parse_int_fields", "warm_up"]
+__all__ = ["ENABLED", "available", "hash_fields", "parse_int_fields", "warm_up"]
 
+LOG = logging.getLogger(__name__)
 _FNV_PRIME = np.uint64(0x100000001B3)
 _FMIX_1 = np.uint64(0xFF51AFD7ED558CCD)
 _FMIX_2 = np.uint64(0xC4CEB9FE1A85EC53)
@@ -110,9 +112,12 @@ _COMPILE_LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=1)
-def _compiled_once() -> tuple[Any, Any]:
-    import numba
-
+def _compiled_once() -> tuple[Any, Any] | None:
+    try:
+        import numba
+    except ImportError as exc:  # e.g. a numba built for another numpy
+        LOG.warning("numba cannot be imported (%s): the CTR ingest uses numpy", exc)
+        return None
     try:  # numba's on-disk cache: next to this module, else a per-user folder
         jit = numba.njit(cache=True, nogil=True)
         return jit(_hash_fields), jit(_parse_int_fields)
@@ -121,17 +126,28 @@ def _compiled_once() -> tuple[Any, Any]:
         return jit(_hash_fields), jit(_parse_int_fields)
 
 
-def _compiled() -> tuple[Any, Any]:
-    """The two kernels, compiled (or loaded from numba's cache) once per process.
+def available() -> bool:
+    """Whether the kernels run here: :data:`ENABLED` and numba imports.
 
-    The encoding pool's threads may ask at the same moment; one compiles.
+    The first call imports numba (the encoding pool's threads may ask at the
+    same moment; one imports). An import that fails is logged once and the
+    callers keep their numpy paths.
     """
     if not ENABLED:
+        return False
+    with _COMPILE_LOCK:
+        return _compiled_once() is not None
+
+
+def _compiled() -> tuple[Any, Any]:
+    """The two kernels, compiled (or loaded from numba's cache) once per process."""
+    if not available():
         raise RuntimeError(
             "the compiled kernels are disabled (TPSL_FLWR_JIT=0, or numba missing)"
         )
-    with _COMPILE_LOCK:
-        return _compiled_once()
+    kernels = _compiled_once()
+    assert kernels is not None  # available() said so
+    return kernels
 
 
 def warm_up() -> threading.Thread | None:
@@ -149,7 +165,7 @@ def warm_up() -> threading.Thread | None:
         kernels are disabled or already loaded.
     """
     if not ENABLED or _compiled_once.cache_info().currsize:
-        return None
+        return None  # disabled, or numba's import already tried
     thread = threading.Thread(target=_load_both, name="ctr-kernels", daemon=True)
     thread.start()
     return thread

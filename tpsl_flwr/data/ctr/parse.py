@@ -118,7 +118,7 @@ def parse_ints(f: Field) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     >>> v.tolist(), m.tolist(), b.tolist()
     ([12, 0, -3, 0], [False, True, False, False], [False, False, False, True])
     """
-    if kernels.ENABLED:  # the same grammar in one compiled pass per field
+    if kernels.available():  # the same grammar in one compiled pass per field
         return kernels.parse_int_fields(f.data, f.offsets)
     return _parse_ints_with_numpy(f)
 
