@@ -34,11 +34,18 @@ simulate flags]``. Each run also prints its start: the seconds until it logs
 cache, the others read it). With ``--keep DIR`` each run's ``results.json``
 and timestamped log are kept there too (``results-ROWS-AUDIT-MALLOC-REPEAT.json``,
 ``log-ROWS-AUDIT-MALLOC-REPEAT.txt``).
+
+Ray: ``-- --engine ray`` (the later ``--engine`` wins). ``--per-process``
+prints each process's own peak (the label party's driver, each node actor,
+Ray's daemons), and ``--time-limit S`` ends a run, and everything it started,
+after ``S`` seconds: the peaks of a run's start and first steps, where a whole
+epoch would take too long.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -84,10 +91,32 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def process_name(pid: int) -> str:
+    """What a process calls itself (its first two arguments; Ray's actor title)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            words = fh.read().split(b"\0")
+    except OSError:
+        return "?"
+    text = [w.decode(errors="replace") for w in words if w]
+    if text and text[0].startswith("ray::"):
+        return text[0]
+    return " ".join(Path(w).name if i == 0 else w for i, w in enumerate(text[:3]))
+
+
 def run_sampled(
-    cmd: list[str], interval: float, ledger: Path, malloc: str
+    cmd: list[str],
+    interval: float,
+    ledger: Path,
+    malloc: str,
+    time_limit: float = 0.0,
+    per_process: dict[int, tuple[str, int]] | None = None,
 ) -> tuple[int, float, int, float]:
     """Run ``cmd``; return its exit status, wall s, peak RssAnon (KiB), start s.
+
+    ``time_limit > 0`` ends the run (its whole process group) after that many
+    seconds; the status is then ``-9``. ``per_process``, if given, receives
+    each process's own peak RssAnon (KiB) and name by pid.
 
     ``ledger`` is the run's own privacy ledger folder, so that benchmark runs
     never count as releases of the user's label sets; ``malloc`` is the
@@ -118,21 +147,45 @@ def run_sampled(
 
     with log.open("w", encoding="utf-8") as sink:
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # a time limit ends the run and all it began
         )
         assert proc.stdout is not None
         reader = threading.Thread(target=copy, args=(proc.stdout, sink), daemon=True)
         reader.start()
-        peak = 0
+        peak, seen = 0, set[int]()
         while proc.poll() is None:
-            total = sum(rss_anon_kb(p) for p in (proc.pid, *children(proc.pid)))
-            peak = max(peak, total)
+            pids = (proc.pid, *children(proc.pid))
+            seen.update(pids)
+            sizes = {p: rss_anon_kb(p) for p in pids}
+            peak = max(peak, sum(sizes.values()))
+            if per_process is not None:
+                for p, kb in sizes.items():
+                    if kb > per_process.get(p, ("", 0))[1]:
+                        per_process[p] = (process_name(p), kb)
+            if time_limit and time.perf_counter() - start > time_limit:
+                _end(proc.pid, seen)
             time.sleep(interval)
+        _end(proc.pid, seen)  # anything the run left behind (Ray's daemons)
         reader.join()
     if proc.returncode:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:]
         print(f"failed ({proc.returncode}): {tail}")
     return proc.returncode, time.perf_counter() - start, peak, started
+
+
+def _end(group: int, pids: set[int]) -> None:
+    """SIGKILL process group ``group`` and every pid in ``pids`` still alive."""
+    import signal
+
+    with contextlib.suppress(OSError):
+        os.killpg(group, signal.SIGKILL)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def simulate_cmd(
@@ -157,6 +210,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--malloc", choices=("glibc", "lean", "both"), default="glibc")
     parser.add_argument("--keep", help="write the file here and keep it")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=0.0,
+        help="end each run after this many seconds (0: none); its peak is then "
+        "the peak so far, e.g. of a Ray run's start and first steps",
+    )
+    parser.add_argument(
+        "--per-process",
+        action="store_true",
+        help="also print each process's own peak RssAnon (Ray: every party's)",
+    )
     parser.add_argument("extra", nargs="*", help="extra simulate flags (after --)")
     args = parser.parse_args()
     sizes = sorted(int(r) for r in args.rows.split(","))
@@ -178,8 +243,14 @@ def main() -> None:
                     out = Path(tmp) / f"out-{n}-{int(audit)}-{malloc}-{rep}"
                     out.mkdir(parents=True, exist_ok=True)
                     cmd = simulate_cmd(data, n, audit, out, args.extra)
+                    processes: dict[int, tuple[str, int]] = {}
                     rc, wall, peak, started = run_sampled(
-                        cmd, args.interval, out / "ledger", malloc
+                        cmd,
+                        args.interval,
+                        out / "ledger",
+                        malloc,
+                        args.time_limit,
+                        processes if args.per_process else None,
                     )
                     speed, auc = float("nan"), float("nan")
                     if rc == 0:
@@ -203,6 +274,9 @@ def main() -> None:
                         f"{started:5.1f} s)  test AUC {auc:.4f}",
                         flush=True,
                     )
+                    ranked = sorted(processes.items(), key=lambda kv: -kv[1][1])
+                    for pid, (name, kb) in ranked[:8]:
+                        print(f"    pid {pid:>7d} {kb / 1024:8,.0f} MB  {name[:70]}")
         print(
             f"\n{os.cpu_count()} CPUs; RssAnon sampled every {args.interval} s; "
             f"peak = max of {args.repeat} run(s), samples/s = median"

@@ -3,13 +3,18 @@
 ``split``: one epoch of an in-process TPSL run (``run_inprocess_experiment``,
 the engine of ``tpsl-flwr simulate``), no protection, audit and checkpoints
 off; samples/s is the run's ``samples_per_second`` (training samples over the
-epoch's seconds, the test-embedding query included).
+epoch's seconds, the test-embedding query included). Its nodes work side by
+side, each on a thread of its own as on separate machines (``concurrent_nodes``,
+the default); ``split, nodes in sequence`` is the same run with the nodes called
+one after another.
 ``central``: the very same network (each party's bottom model over the same
 column slices, with the same initial weights, and the top model, as
 :mod:`tpsl_flwr.experiments.architecture` builds them for the run config's
 ``model``) trained as one torch model in a plain loop over the same batches,
 Adam on every part, then one forward pass over the test set; samples/s =
-training rows / those seconds.
+training rows / those seconds. The split run's nodes may use one core each, so
+the central run is timed with ``--threads`` torch threads and with one per
+party, and the split is compared with the faster of the two.
 ``split, state encoded every step``: the same split run with every node
 writing its bottom model and optimizer state into ``context.state`` after each
 step, as Ray's and the deployment runtime's stateless ClientApps must (the
@@ -87,18 +92,32 @@ def _config(
     )
 
 
-def split_rate(cfg: ExperimentConfig, app_keeps_state: bool = True) -> float:
+def split_rate(
+    cfg: ExperimentConfig, app_keeps_state: bool = True, concurrent: bool = True
+) -> float:
     """Samples/s of one in-process TPSL epoch (at this bench's torch threads).
 
     ``app_keeps_state=False``: every node encodes its state into
     ``context.state`` after every step, as on Ray and the deployment runtime.
+    ``concurrent=False``: the nodes run one after another.
     """
-    results, _ = run_inprocess_experiment(cfg, app_keeps_state=app_keeps_state)
+    results, _ = run_inprocess_experiment(
+        cfg, app_keeps_state=app_keeps_state, concurrent_nodes=concurrent
+    )
     return float(results["history"][0]["samples_per_second"])
 
 
-def central_rate(cfg: ExperimentConfig) -> float:
+def central_rate(cfg: ExperimentConfig, threads: int) -> float:
     """Samples/s of the same network trained as one torch model."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _central_rate(cfg)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _central_rate(cfg: ExperimentConfig) -> float:
     data = cfg.load_data()
     columns = partition_columns(
         data.train.numeric_names, data.train.categorical_names, cfg.num_parties
@@ -184,14 +203,19 @@ def main() -> None:
             plain.load_data()  # cached: loading is outside every timed region
             rates: dict[str, list[float]] = {
                 "split": [],
+                "sequential": [],
                 "encoded": [],
                 "protected": [],
                 "central": [],
+                "central-parties": [],
             }
             for _ in range(args.repeats):
                 rates["split"].append(split_rate(plain))
+                rates["sequential"].append(split_rate(plain, concurrent=False))
                 rates["encoded"].append(split_rate(plain, app_keeps_state=False))
-                rates["central"].append(central_rate(plain))
+                rates["central"].append(central_rate(plain, args.threads))
+                if args.parties != args.threads:
+                    rates["central-parties"].append(central_rate(plain, args.parties))
                 if args.mechanism != "none":
                     rates["protected"].append(split_rate(guarded))
             best.update({(setting, k): max(v) for k, v in rates.items() if v})
@@ -207,12 +231,27 @@ def main() -> None:
     for setting in args.settings:
         hidden, embedding, batch = setting
         model = f"{hidden} / {embedding}, batch {batch}"
-        central = best[(setting, "central")]
+        one = best[(setting, "central")]
+        many = best.get((setting, "central-parties"), 0.0)
+        central = max(one, many)
         split = best[(setting, "split")]
-        print(f"| central (one torch model) | {model} | {central:.0f} | 1.000 | - |")
+        print(
+            f"| central (one torch model), {args.threads} torch thread(s) | {model} "
+            f"| {one:.0f} | {one / central:.3f} | - |"
+        )
+        if many:
+            print(
+                f"| central (one torch model), {args.parties} torch threads | "
+                f"{model} | {many:.0f} | {many / central:.3f} | - |"
+            )
         print(
             f"| split, in-process, none | {model} | {split:.0f} "
             f"| {split / central:.3f} | >= {TARGET} |"
+        )
+        sequential = best[(setting, "sequential")]
+        print(
+            f"| split, in-process, none, nodes in sequence | {model} | "
+            f"{sequential:.0f} | {sequential / central:.3f} | - |"
         )
         encoded = best[(setting, "encoded")]
         print(
@@ -227,8 +266,9 @@ def main() -> None:
             )
     print()
     print(
-        "Each split step is a message round trip per party, with the bottom models' "
-        "and the top model's backward passes and optimizer steps run separately: a "
+        "Ratios are against the faster central run. Each split step is a message "
+        "round trip per party, with the top model's and the bottom models' backward "
+        "passes and optimizer steps run separately (the nodes' side by side): a "
         "fixed per-step cost that dominates small models (where the central step is "
         "itself mostly per-op overhead) and fades as compute grows."
     )

@@ -4,9 +4,9 @@
 nodes living in the current process. Each node has its own persistent
 :class:`flwr.app.Context` (``node_config`` with ``partition-id`` and
 ``num-partitions``, a ``state`` that survives across messages, the run config),
-and every pushed message is delivered synchronously by calling the very same
-``ClientApp`` object that Flower's Ray simulation and SuperNodes load, so one
-ServerApp/ClientApp pair runs unchanged on all three engines.
+and every pushed message is delivered by calling the very same ``ClientApp``
+object that Flower's Ray simulation and SuperNodes load: one ServerApp/ClientApp
+pair runs unchanged on all three engines.
 
 What it mirrors from Flower 1.42 (read from ``superlink/grid/inmemory_grid.py``,
 ``server/superlink/fleet/vce/vce_api.py`` and ``supernode/runtime/run_clientapp.py``;
@@ -22,15 +22,17 @@ the node side lives in :mod:`~tpsl_flwr.engines.virtual_nodes`):
 - the ClientApp sees a copy of the message and of its context, as it would
   after (de)serialisation, so only ``context.state`` persists between messages.
 
-It is a test and sweep engine: there is no network, no TTL wait, no polling
-(``send_and_receive`` returns as soon as every node has answered), and all nodes
-run one after another in the order the messages were pushed.
+No network, no TTL wait, no polling (``send_and_receive`` returns once every
+node has answered). Nodes run one after another in push order, or, with
+``concurrent_nodes=True``, each on a thread of its own as separate machines would
+(:mod:`~tpsl_flwr.engines.node_threads`).
 :func:`~tpsl_flwr.engines.inprocess_run.run_inprocess` runs a ServerApp and a
 ClientApp on it in one call.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -41,15 +43,16 @@ from uuid import uuid4
 from flwr.app import Context, Message, RecordDict, UserConfig, UserConfigValue
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.common.logger import log
-from flwr.server.utils.validator import validate_message
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import Run
 
 from tpsl_flwr.engines.message_copy import copy_message
+from tpsl_flwr.engines.node_threads import Replies
 from tpsl_flwr.engines.virtual_nodes import (
     ClientAppCallable,
     VirtualNode,
     draw_id,
+    instruction_problems,
     make_nodes,
     task_identity,
 )
@@ -72,7 +75,7 @@ _SERVER_CONTEXT_NODE_ID = 0
 
 
 class InProcessGrid(Grid):
-    """A ``Grid`` whose N nodes run a ClientApp synchronously in this process.
+    """A ``Grid`` whose N nodes run a ClientApp in this process.
 
     Parameters
     ----------
@@ -116,6 +119,12 @@ class InProcessGrid(Grid):
         (``tpsl-flwr simulate``'s local engine; a copy of tens of MB a step on
         Criteo). Off by default: the state then round-trips through
         ``context.state`` as on every Flower runtime.
+    concurrent_nodes : bool
+        Run each node on a thread of its own: a node handles its messages in
+        push order, different nodes at the same time (:mod:`.node_threads`;
+        :meth:`pull_messages` returns the replies ready). Flower's
+        ``TaskIdentity`` stays the server's, and the recorded messages are in
+        the order the nodes got to them.
 
     Raises
     ------
@@ -153,6 +162,7 @@ class InProcessGrid(Grid):
         on_message: MessageHook | None = None,
         on_reply: MessageHook | None = None,
         app_keeps_state: bool = False,
+        concurrent_nodes: bool = False,
     ) -> None:
         if num_nodes < 1:
             raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
@@ -172,7 +182,8 @@ class InProcessGrid(Grid):
         self.run_config: UserConfig = dict(run_config or {})
         self.sent_messages: list[Message] = []
         self.received_replies: list[Message] = []
-        self._replies: dict[str, Message] = {}
+        self._replies = Replies(concurrent=concurrent_nodes)
+        self._concurrent = concurrent_nodes
 
         run_id = draw_id(self._rng, set())
         self._run = Run.create_empty(run_id=run_id)
@@ -186,6 +197,13 @@ class InProcessGrid(Grid):
             run_config=self.run_config,
             node_configs=node_configs,
             app_keeps_state=app_keeps_state,
+        )
+
+        # With concurrent nodes, which replies a pull finds ready depends on
+        # timing: their shuffle draws from a generator of its own, so the task
+        # ids drawn from _rng stay the same in every run of a seed.
+        self._shuffle_rng = (
+            random.Random(self._rng.random()) if concurrent_nodes else self._rng
         )
 
     # ------------------------------------------------------------------ Grid API
@@ -212,23 +230,7 @@ class InProcessGrid(Grid):
     ) -> Message:
         """Create an instruction message (deprecated in Flower; kept for parity).
 
-        Parameters
-        ----------
-        content : RecordDict
-            Records sent to the node.
-        message_type : str
-            ``train``, ``evaluate``, ``query`` or ``<category>.<action>``.
-        dst_node_id : int
-            Destination node id.
-        group_id : str
-            Group (e.g. round) the message belongs to.
-        ttl : float | None
-            Time to live in seconds; Flower's default when ``None``.
-
-        Returns
-        -------
-        Message
-            The new message, ready for :meth:`push_messages`.
+        The arguments are ``Message``'s; ``ttl=None`` is Flower's default.
         """
         with self.server_identity():
             return Message(
@@ -240,7 +242,7 @@ class InProcessGrid(Grid):
         return list(self._nodes)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        """Deliver each message to its node now and store the reply.
+        """Deliver each message to its node (now, or on its thread) for its reply.
 
         Parameters
         ----------
@@ -260,13 +262,14 @@ class InProcessGrid(Grid):
         message_ids: list[str] = []
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = uuid4().hex
-            problems = self._problems(msg)
+            problems = instruction_problems(msg, self._run.run_id, self._nodes)
             if problems:
                 if self._strict:
                     raise ValueError(f"Invalid message {msg.metadata}: {problems}")
                 log(ERROR, "Dropping invalid message: %s", problems)
                 continue
-            self._replies[msg.metadata.message_id] = self._deliver(msg)
+            task = functools.partial(self._deliver, msg, draw_id(self._rng, set()))
+            self._replies.start(msg.metadata.message_id, msg.metadata.dst_node_id, task)
             message_ids.append(msg.metadata.message_id)
         return message_ids
 
@@ -281,13 +284,18 @@ class InProcessGrid(Grid):
         Returns
         -------
         Iterable[Message]
-            The available replies, in no particular order.
+            The replies made (concurrent nodes: waiting up to 0.1 s for one),
+            in no particular order.
+
+        Raises
+        ------
+        Exception
+            What a hook (``on_message``, ``on_reply``) raised on a node's
+            thread; a ClientApp's own exception is an error reply instead.
         """
-        replies = [
-            self._replies.pop(mid) for mid in list(message_ids) if mid in self._replies
-        ]
+        replies = [self._replies.take(mid) for mid in self._replies.ready(message_ids)]
         if self._shuffle:
-            self._rng.shuffle(replies)
+            self._shuffle_rng.shuffle(replies)
         return replies
 
     def send_and_receive(
@@ -311,7 +319,9 @@ class InProcessGrid(Grid):
             One reply (content or error) per accepted message, in no order.
         """
         del timeout
-        return self.pull_messages(self.push_messages(messages))
+        message_ids = list(self.push_messages(messages))
+        self._replies.wait_all(message_ids)
+        return self.pull_messages(message_ids)
 
     # ------------------------------------------------------------ conveniences
     @property
@@ -350,28 +360,28 @@ class InProcessGrid(Grid):
         -------
         Any
             What the main function returns (``None`` for a legacy ServerApp).
+            Concurrent nodes' threads are ended when it returns or raises.
         """
         context = self.server_context()
-        with self.server_identity():
-            if not isinstance(server_main, ServerApp):
-                return server_main(self, context)
-            main_fn: ServerMain | None = getattr(server_main, "_main", None)
-            if main_fn is None:  # legacy server_fn ServerApp: returns nothing
-                server_main(self, context)
-                return None
-            with server_main._lifespan(context):
-                return main_fn(self, context)
+        try:
+            with self.server_identity():
+                if not isinstance(server_main, ServerApp):
+                    return server_main(self, context)
+                main_fn: ServerMain | None = getattr(server_main, "_main", None)
+                if main_fn is None:  # legacy server_fn ServerApp: returns nothing
+                    server_main(self, context)
+                    return None
+                with server_main._lifespan(context):
+                    return main_fn(self, context)
+        finally:
+            self.close()  # concurrent nodes: their threads end with the run
 
     # ----------------------------------------------------------------- helpers
-    def _problems(self, msg: Message) -> list[str]:
-        problems = list(validate_message(msg, is_reply_message=False))
-        if msg.metadata.run_id != self._run.run_id:
-            problems.append(f"run_id {msg.metadata.run_id} is not this run's")
-        if msg.metadata.dst_node_id not in self._nodes:
-            problems.append(f"unknown dst_node_id {msg.metadata.dst_node_id}")
-        return problems
+    def close(self) -> None:
+        """End the nodes' threads once they finish their messages (if any)."""
+        self._replies.close()
 
-    def _deliver(self, msg: Message) -> Message:
+    def _deliver(self, msg: Message, task_id: int) -> Message:
         node = self._nodes[msg.metadata.dst_node_id]
         incoming = copy_message(msg) if self._copy else msg
         if self._record:
@@ -382,8 +392,9 @@ class InProcessGrid(Grid):
             self._client_app,
             incoming,
             run_id=self._run.run_id,
-            task_id=draw_id(self._rng, set()),
+            task_id=task_id,
             copy_state=self._copy,
+            set_identity=not self._concurrent,
         )
         if self._copy:
             reply = copy_message(reply)

@@ -20,7 +20,7 @@ What a Flower SuperNode does around its ClientApp, for the nodes of
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from logging import ERROR
@@ -48,6 +48,7 @@ __all__ = [
     "VirtualNode",
     "check_reply",
     "draw_id",
+    "instruction_problems",
     "make_nodes",
     "task_identity",
 ]
@@ -85,6 +86,7 @@ class VirtualNode:
         run_id: int,
         task_id: int,
         copy_state: bool,
+        set_identity: bool = True,
     ) -> Message:
         """Run ``client_app`` on ``message`` as a SuperNode would; return the reply.
 
@@ -101,6 +103,11 @@ class VirtualNode:
         copy_state : bool
             Hand the ClientApp a copy of the context (a failed handler then
             leaves the node's state untouched) rather than the context itself.
+        set_identity : bool
+            Set Flower's process-wide ``TaskIdentity`` to this node while the
+            ClientApp runs. ``False`` for nodes on threads of their own, where
+            it would race with the other nodes and the server (a reply takes
+            its ids from the message it answers, not from the identity).
 
         Returns
         -------
@@ -111,7 +118,10 @@ class VirtualNode:
         """
         ctx = copy_context(self.context) if copy_state else self.context
         try:
-            with task_identity(run_id, self.node_id, task_id):
+            if set_identity:
+                with task_identity(run_id, self.node_id, task_id):
+                    reply = client_app(message, ctx)
+            else:
                 reply = client_app(message, ctx)
             check_reply(reply, message)
         except Exception as ex:  # reported as an error reply, as Flower does
@@ -237,3 +247,15 @@ def task_identity(run_id: int, node_id: int, task_id: int) -> Iterator[None]:
         yield
     finally:
         TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+def instruction_problems(
+    message: Message, run_id: int, node_ids: Collection[int]
+) -> list[str]:
+    """Why a grid must refuse ``message`` (Flower's own checks, then its ids)."""
+    problems = list(validate_message(message, is_reply_message=False))
+    if message.metadata.run_id != run_id:
+        problems.append(f"run_id {message.metadata.run_id} is not this run's")
+    if message.metadata.dst_node_id not in node_ids:
+        problems.append(f"unknown dst_node_id {message.metadata.dst_node_id}")
+    return problems
