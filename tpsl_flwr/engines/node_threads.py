@@ -14,6 +14,10 @@ thread count).
 
 Nothing a node computes depends on another node's thread: a seeded run trains
 bit for bit as with the nodes in sequence (``tests/test_node_threads.py``).
+Measured on 2 cores (``bench/README.md``, "Nodes side by side"): 1.2x the
+samples/s of the Criteo DLRM split at one torch thread, but 0.84x on the small
+default model, whose steps are mostly Python (the nodes' threads then wait for
+the GIL). So it is an option, not the in-process default.
 """
 
 from __future__ import annotations

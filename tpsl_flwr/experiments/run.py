@@ -227,11 +227,10 @@ def run_inprocess_experiment(
         Seconds to wait for each reply of a node.
     **grid_options
         Keyword options of :class:`~tpsl_flwr.engines.inprocess.InProcessGrid`
-        (``record_messages``, ``seed``, ``on_message``, ...). Unless given,
-        ``app_keeps_state`` is True (the nodes keep their parties in the
-        ClientApp object instead of encoding them into ``context.state`` every
-        step) and so is ``concurrent_nodes`` (each node on a thread of its
-        own, working while the others do, as on separate machines).
+        (``record_messages``, ``seed``, ``concurrent_nodes``, ...);
+        ``app_keeps_state`` is True unless given: the nodes keep their parties
+        in the ClientApp object instead of encoding them into ``context.state``
+        every step.
 
     Returns
     -------
@@ -248,7 +247,6 @@ def run_inprocess_experiment(
 
         client_app = app
     grid_options.setdefault("app_keeps_state", True)  # one object, one process
-    grid_options.setdefault("concurrent_nodes", True)  # nodes work side by side
     grid = InProcessGrid(
         client_app, cfg.num_parties, run_config=cfg.to_run_config(), **grid_options
     )

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from tpsl_flwr.compact_ints import label_dtype
 from tpsl_flwr.errors import ConfigError, PrivacyError
+from tpsl_flwr.finite import all_finite
 from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import OptimizerFactory, adam
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
@@ -340,7 +341,7 @@ class LabelParty:
                 f"embeddings of shape {tuple(emb.shape)} do not fit a batch of "
                 f"{ids.size} sample ids"
             )
-        if not torch.isfinite(emb).all():
+        if not all_finite(emb):
             raise PrivacyError("embeddings contain NaN or inf")
         self.optimizer.zero_grad()
         transcript_width = None
@@ -359,7 +360,7 @@ class LabelParty:
             grad, _ = cut_placement_backward(
                 self.top, emb, transcript, update, denoise=denoise, dispatch=dispatch
             )
-        if not torch.isfinite(grad).all():
+        if not all_finite(grad):
             self.optimizer.zero_grad()
             raise PrivacyError("the perturbed gradient is not finite; nothing sent")
         self.optimizer.step()

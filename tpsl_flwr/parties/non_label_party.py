@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.finite import all_finite
 from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import OptimizerFactory, adam, set_lr_scale
 from tpsl_flwr.validation import check_sample_ids
@@ -178,7 +179,7 @@ class NonLabelParty:
                 f"received gradient of shape {tuple(grad.shape)} for embeddings of "
                 f"shape {tuple(out.shape)}"
             )
-        if not torch.isfinite(grad).all():
+        if not all_finite(grad):
             raise ConfigError("received gradient contains NaN or inf")
         optimizers = [self.optimizer, *filter(None, [self.wide_optimizer])]
         for optimizer in optimizers:

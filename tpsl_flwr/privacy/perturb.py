@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from tpsl_flwr.errors import PrivacyError
+from tpsl_flwr.finite import all_finite
 from tpsl_flwr.privacy.noisy_labels import NoisyLabels
 
 
@@ -79,14 +80,14 @@ def coefficient_loss(
             f"noisy label coefficients of shape {tuple(coefficients.shape)} do not "
             f"fit a batch of losses of shape {tuple(losses.shape)}"
         )
-    if not torch.isfinite(coefficients).all():
+    if not all_finite(coefficients):
         raise PrivacyError("noisy label coefficients are not finite")
     batch = logits.shape[0]
     loss = (coefficients * losses).sum() / batch
     if noisy.additive is not None:
         target = logits if additive_on is None else additive_on
         noise = torch.as_tensor(noisy.additive, dtype=target.dtype)
-        if noise.shape != target.shape or not torch.isfinite(noise).all():
+        if noise.shape != target.shape or not all_finite(noise):
             raise PrivacyError(
                 f"Gaussian noise of shape {tuple(noise.shape)} does not fit "
                 f"{tuple(target.shape)} or is not finite"
