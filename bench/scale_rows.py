@@ -178,14 +178,19 @@ def run_sampled(
 
 
 def _end(group: int, pids: set[int]) -> None:
-    """SIGKILL process group ``group`` and every pid in ``pids`` still alive."""
+    """SIGKILL process group ``group`` and every pid of ``pids`` still in its session.
+
+    A pid seen earlier may since have been reused by another process: only one
+    still in the run's session (``start_new_session``) is ended.
+    """
     import signal
 
     with contextlib.suppress(OSError):
         os.killpg(group, signal.SIGKILL)
     for pid in pids:
         with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+            if os.getsid(pid) == group:
+                os.kill(pid, signal.SIGKILL)
 
 
 def simulate_cmd(

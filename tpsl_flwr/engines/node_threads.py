@@ -2,8 +2,8 @@
 
 In a deployment every non-label party is its own machine: while one node runs
 its backward pass and optimizer step, the others run theirs. The in-process
-engine used to call the nodes one after another, so a step cost the *sum* of
-the nodes' times where a deployment pays their *maximum*. With
+engine calls the nodes one after another by default, so a step costs the *sum*
+of the nodes' times where a deployment pays their *maximum*. With
 ``InProcessGrid(concurrent_nodes=True)`` each node gets one worker thread of
 its own (:class:`NodeThreads`): messages to one node still run one at a time
 and in the order they were pushed (Flower keeps one outstanding message per
