@@ -39,7 +39,10 @@ Ray: ``-- --engine ray`` (the later ``--engine`` wins). ``--per-process``
 prints each process's own peak (the label party's driver, each node actor,
 Ray's daemons), and ``--time-limit S`` ends a run, and everything it started,
 after ``S`` seconds: the peaks of a run's start and first steps, where a whole
-epoch would take too long.
+epoch would take too long. With ``--per-process`` each process's line also gives
+its peak after the run's last progress line (``... samples (x%) ... ETA``): the
+end of the epoch (the evaluation query, the audit's scoring), where training's
+peak and the end's may differ.
 """
 
 from __future__ import annotations
@@ -110,13 +113,15 @@ def run_sampled(
     ledger: Path,
     malloc: str,
     time_limit: float = 0.0,
-    per_process: dict[int, tuple[str, int]] | None = None,
+    per_process: dict[int, tuple[str, int, int]] | None = None,
 ) -> tuple[int, float, int, float]:
     """Run ``cmd``; return its exit status, wall s, peak RssAnon (KiB), start s.
 
     ``time_limit > 0`` ends the run (its whole process group) after that many
     seconds; the status is then ``-9``. ``per_process``, if given, receives
-    each process's own peak RssAnon (KiB) and name by pid.
+    by pid each process's name, its own peak RssAnon (KiB) and its peak after
+    the run's last progress line (KiB; 0 if none was sampled after it, or the
+    run printed no progress line: shorter than the progress interval).
 
     ``ledger`` is the run's own privacy ledger folder, so that benchmark runs
     never count as releases of the user's label sets; ``malloc`` is the
@@ -133,15 +138,18 @@ def run_sampled(
     }
     log = ledger.parent / "log.txt"
     started = float("nan")
+    last_progress = math.inf  # seconds of the last "... samples (x%) ... ETA"
     start = time.perf_counter()
 
     def copy(stream: IO[bytes], sink: IO[str]) -> None:
-        nonlocal started
+        nonlocal started, last_progress
         for raw in stream:
             line = raw.decode(errors="replace")
             now = time.perf_counter() - start
             if math.isnan(started) and "Connected to" in line:
                 started = now
+            if " samples (" in line and "ETA" in line:
+                last_progress = now
             sink.write(f"{now:9.1f} {line}")
             sink.flush()
 
@@ -157,20 +165,28 @@ def run_sampled(
         reader = threading.Thread(target=copy, args=(proc.stdout, sink), daemon=True)
         reader.start()
         peak, seen = 0, set[int]()
+        timeline: list[tuple[float, dict[int, int]]] = []
         while proc.poll() is None:
             pids = (proc.pid, *children(proc.pid))
             seen.update(pids)
             sizes = {p: rss_anon_kb(p) for p in pids}
             peak = max(peak, sum(sizes.values()))
             if per_process is not None:
+                timeline.append((time.perf_counter() - start, sizes))
                 for p, kb in sizes.items():
-                    if kb > per_process.get(p, ("", 0))[1]:
-                        per_process[p] = (process_name(p), kb)
+                    if kb > per_process.get(p, ("", 0, 0))[1]:
+                        per_process[p] = (process_name(p), kb, 0)
             if time_limit and time.perf_counter() - start > time_limit:
                 _end(proc.pid, seen)
             time.sleep(interval)
         _end(proc.pid, seen)  # anything the run left behind (Ray's daemons)
         reader.join()
+    if per_process is not None:  # each one's peak after the last progress line
+        for at, sizes in timeline:
+            for p, kb in sizes.items():
+                if at > last_progress and p in per_process:
+                    name, whole, end = per_process[p]
+                    per_process[p] = (name, whole, max(end, kb))
     if proc.returncode:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:]
         print(f"failed ({proc.returncode}): {tail}")
@@ -248,7 +264,7 @@ def main() -> None:
                     out = Path(tmp) / f"out-{n}-{int(audit)}-{malloc}-{rep}"
                     out.mkdir(parents=True, exist_ok=True)
                     cmd = simulate_cmd(data, n, audit, out, args.extra)
-                    processes: dict[int, tuple[str, int]] = {}
+                    processes: dict[int, tuple[str, int, int]] = {}
                     rc, wall, peak, started = run_sampled(
                         cmd,
                         args.interval,
@@ -280,8 +296,12 @@ def main() -> None:
                         flush=True,
                     )
                     ranked = sorted(processes.items(), key=lambda kv: -kv[1][1])
-                    for pid, (name, kb) in ranked[:8]:
-                        print(f"    pid {pid:>7d} {kb / 1024:8,.0f} MB  {name[:70]}")
+                    for pid, (name, kb, end) in ranked[:8]:
+                        tail = f"{end / 1024:6,.0f} MB" if end else "     - MB"
+                        print(
+                            f"    pid {pid:>7d} {kb / 1024:8,.0f} MB (end of epoch "
+                            f"{tail})  {name[:60]}"
+                        )
         print(
             f"\n{os.cpu_count()} CPUs; RssAnon sampled every {args.interval} s; "
             f"peak = max of {args.repeat} run(s), samples/s = median"

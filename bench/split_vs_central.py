@@ -11,7 +11,8 @@ machines: it uses a core per node.
 column slices, with the same initial weights, and the top model, as
 :mod:`tpsl_flwr.experiments.architecture` builds them for the run config's
 ``model``) trained as one torch model in a plain loop over the same batches,
-Adam on every part, then one forward pass over the test set; samples/s =
+Adam on every part, then one forward pass over the test set and its metrics
+(``classification_metrics``, as the split run's evaluation); samples/s =
 training rows / those seconds. Ratios are against the central run at the same
 ``--threads`` torch threads (like for like); the central run is also timed with
 one torch thread per party, the cores the side-by-side split uses.
@@ -43,6 +44,7 @@ import numpy as np
 import torch
 
 from tpsl_flwr.data import partition_columns, party_features
+from tpsl_flwr.evaluation import classification_metrics
 from tpsl_flwr.experiments.architecture import build_bottom, build_top
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_inprocess_experiment
@@ -162,7 +164,9 @@ def _central_rate(cfg: ExperimentConfig) -> float:
         emb = torch.cat(
             [b(t[2], t[3]) for (b, _, _), t in zip(parts, tensors, strict=True)], dim=1
         )
-        torch.sigmoid(top(emb))
+        positive = torch.sigmoid(top(emb)[:, 0])
+        probs = torch.stack([1 - positive, positive], dim=1).numpy()
+    classification_metrics(data.test.labels, probs)  # as the split run's query
     return len(order) / (time.perf_counter() - started)
 
 
