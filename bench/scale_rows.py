@@ -187,6 +187,13 @@ def run_sampled(
                 if at > last_progress and p in per_process:
                     name, whole, end = per_process[p]
                     per_process[p] = (name, whole, max(end, kb))
+        if math.isfinite(last_progress):
+            before = max(
+                (sum(sizes.values()) for at, sizes in timeline if at <= last_progress),
+                default=0,
+            )
+            mb = before / 1024
+            print(f"    whole tree's peak up to the last progress line: {mb:,.0f} MB")
     if proc.returncode:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:]
         print(f"failed ({proc.returncode}): {tail}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -368,6 +369,7 @@ def _app_defaults() -> dict[str, Any]:
 def _inprocess_history(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """The epoch-1 history entry of the same run on the in-process engine."""
     merged = {**_app_defaults(), **config, "out-dir": str(out_dir)}
+    merged["party-actors"] = False  # a Ray-only switch; the same numbers locally
     _provide_seeded_key(out_dir)
     cfg = ExperimentConfig.from_run_config(merged)
     grid = InProcessGrid(tpsl_client_app, cfg.num_parties, run_config=merged)
@@ -404,23 +406,46 @@ def _assert_tpsl_results(
     return results
 
 
+def _watch_party_actors(seen: set[int], done: threading.Event) -> None:
+    """Add the pid of every ``ray::PartyActor`` process to ``seen`` until ``done``."""
+    while not done.wait(0.2):
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and (entry / "cmdline").read_bytes().startswith(
+                    b"ray::PartyActor"
+                ):
+                    seen.add(int(entry.name))
+            except OSError:
+                continue
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_flwr_run_simulation_runs_tpsl_app(tmp_path: Path) -> None:
-    # Prepare: 4 steps of 128, one message per step (Ray round trips are cheap)
+    # Prepare: 4 steps of 128, one message per step (Ray round trips are cheap);
+    # each node's party in its party actor (the two-raylet cluster test and the
+    # CLI's Ray tests run the default: the state in context.state)
     out_dir = tmp_path / "out"
-    config = _tpsl_config(out_dir)
+    config = _tpsl_config(out_dir, **{"party-actors": True})
 
-    # Execute
+    # Execute, watching for the party actors' processes
+    seen: set[int] = set()
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch_party_actors, args=(seen, done))
+    watcher.start()
     start = time.perf_counter()
-    run = run_flwr_simulation(
-        APP_DIR,
-        2,
-        config,
-        flwr_home=tmp_path / "flwr-home",
-        timeout=300,
-        check=False,
-    )
+    try:
+        run = run_flwr_simulation(
+            APP_DIR,
+            2,
+            config,
+            flwr_home=tmp_path / "flwr-home",
+            timeout=300,
+            check=False,
+        )
+    finally:
+        done.set()
+        watcher.join()
     elapsed = time.perf_counter() - start
 
     # Assert
@@ -428,6 +453,7 @@ def test_flwr_run_simulation_runs_tpsl_app(tmp_path: Path) -> None:
     assert run.ok, f"{run.status} ({run.status_details})\n{run.output[-3000:]}"
     assert run.returncode == 0
     _assert_tpsl_results(out_dir, config, "ray")
+    assert len(seen) == 2, f"party actor processes seen: {sorted(seen)}"
     assert find_launched_processes(run.launch_id) == []
     assert (tmp_path / "flwr-home" / "local-superlink" / "superlink.log").exists()
     # the run's log holds the label party's test metrics: its own (0600)

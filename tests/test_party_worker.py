@@ -38,6 +38,7 @@ from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire import worker_link
 from tpsl_flwr.wire.arrays import from_array, to_array
 from tpsl_flwr.wire.batch_pack import stack_rows
+from tpsl_flwr.wire.client_app import STATE_KEY
 from tpsl_flwr.wire.worker_link import (
     MAX_FRAME_BYTES,
     WORKER_SOCKET,
@@ -196,7 +197,50 @@ def test_the_worker_answers_as_the_node_app_does(private_dir):
         assert a.shape[0] == 8
         np.testing.assert_array_equal(a, b)
     assert len(remote.state) == 0 and len(local.state) > 0
-    assert len(worker.contexts[3].state) > 0
+    # the worker keeps its party in the app object: a version, no encoded copy
+    kept = worker.contexts[3].state.config_records
+    assert dict(kept[STATE_KEY]) == {"version": 2}
+    assert len(worker.contexts[3].state.array_records) == 0
+
+
+def test_after_a_failed_message_a_worker_refuses_the_run_s_next_one():
+    # Arrange: a node that answered a hello and a step
+    cfg = ExperimentConfig(dataset="breast-cancer", batch_size=32)
+    worker = PartyWorker(1, 2, cfg.to_run_config())
+    context = Context(
+        3,
+        11,
+        {P.PARTITION_ID: 1, P.NUM_PARTITIONS: 2},
+        RecordDict(),
+        cfg.to_run_config(),
+    )
+    ids, rows = stack_rows([np.arange(8, dtype=np.int64)])
+    step = RecordDict(
+        {
+            P.CONFIG: ConfigRecord({P.BATCH_ROWS: rows}),
+            P.NEW_IDS: ArrayRecord({P.IDS_KEY: to_array(ids)}),
+        }
+    )
+    worker.handle(
+        _message(RecordDict({P.CONFIG: ConfigRecord({})}), "query.hello"), context
+    )
+    worker.handle(_message(step, "train"), context)
+    bad = RecordDict(
+        {
+            P.CONFIG: ConfigRecord({P.BATCH_ROWS: "3,4"}),  # 7 rows claimed, 8 sent
+            P.NEW_IDS: ArrayRecord({P.IDS_KEY: to_array(ids)}),
+        }
+    )
+
+    # Act: a malformed message fails; then a good one
+    with pytest.raises(Exception, match="add up to 7"):
+        worker.handle(_message(bad, "train"), context)
+    with pytest.raises(Exception, match="kept in the ClientApp object") as refused:
+        worker.handle(_message(step, "train"), context)
+
+    # Assert: the context kept the last good version; no fresh or half-updated party
+    assert dict(worker.contexts[3].state.config_records[STATE_KEY]) == {"version": 1}
+    assert "has none" in str(refused.value)
 
 
 def test_a_worker_refuses_a_node_of_another_partition():

@@ -101,6 +101,7 @@ class ExperimentConfig:
     steps_per_message: int = 1
     pipeline_depth: int = 0
     wire_dtype: str = "float32"
+    party_actors: bool = False
     num_parties: int = 2
     embedding_dim: int = 8
     bottom_hidden: int = 64

@@ -97,6 +97,9 @@ FIELD_HELP: dict[str, str] = {
     "wire-dtype": "float dtype of embeddings and perturbed gradients on the wire: "
     "float16 halves each message's bytes (scaled by a power of two, cast after "
     "perturbation: same epsilon); float32: as computed",
+    "party-actors": "Ray simulation only: each node's party lives in one Ray actor "
+    "for the run and only messages cross; false: its state (~41 MB a message for "
+    "a Criteo node) travels with every message",
     "num-parties": "non-label parties (Flower nodes), each holding a column slice",
     "embedding-dim": "width of each vector a node sends: each field vector "
     "(dlrm) or the node's whole cut layer (mlp)",

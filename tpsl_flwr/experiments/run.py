@@ -172,6 +172,11 @@ def run_experiment(
         from tpsl_flwr.strategies.pipeline import NOT_ON_RAY
 
         raise ConfigError(NOT_ON_RAY.format(depth=cfg.pipeline_depth))
+    if cfg.party_actors and engine != "ray":
+        raise ConfigError(
+            "party-actors = true keeps each node's party in a Ray actor: it is for "
+            f"the ray engine, got engine {engine!r}"
+        )
     prepare_run_folder(
         cfg.out_dir,
         resume=cfg.resume,

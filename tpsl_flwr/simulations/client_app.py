@@ -12,6 +12,9 @@ Flower and this package's light modules. Each message then goes:
   ClientApp (:data:`tpsl_flwr.simulations.node_app.app`); this process
   forwards the message and returns the worker's reply content
   (:func:`~tpsl_flwr.wire.worker_link.ask_worker`);
+- on Flower's Ray simulation with the run config's ``party-actors = true``,
+  to the node's party actor (:mod:`tpsl_flwr.simulations.party_actor`): the
+  same handler in one Ray actor per node that keeps the node's state;
 - otherwise to :data:`tpsl_flwr.simulations.node_app.app` in this process
   (imported on the first message), as before: the in-process engine, Ray and
   a deployment without workers behave exactly as they did.
@@ -30,7 +33,34 @@ from flwr.clientapp import ClientApp
 
 from tpsl_flwr.wire.worker_link import WORKER_SOCKET, ask_worker
 
-__all__ = ["ForwardingClientApp", "app"]
+PARTY_ACTORS = "party-actors"
+"""Run-config key (:mod:`tpsl_flwr.simulations.party_actor`); no ray import here."""
+
+
+def party_actors_on(run_config: Any) -> bool:
+    """``party-actors`` read as the label party's config reads a bool.
+
+    The same rule as :func:`~tpsl_flwr.experiments.config_fields.coerce_value`
+    (``"true"``/``"1"`` and ``"false"``/``"0"`` in any case; other values by
+    truth), so a node never takes the default path for a value the label party
+    read as ``true``.
+
+    Examples
+    --------
+    >>> [party_actors_on({"party-actors": v}) for v in (True, "TRUE", 1, "0", False)]
+    [True, True, True, False, False]
+    >>> party_actors_on({})
+    False
+    """
+    raw = run_config.get(PARTY_ACTORS, False)
+    if isinstance(raw, str):
+        if raw.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"{PARTY_ACTORS} must be a boolean, got {raw!r}")
+        return raw.lower() in ("true", "1")
+    return bool(raw)
+
+
+__all__ = ["PARTY_ACTORS", "ForwardingClientApp", "app", "party_actors_on"]
 
 _NODE_APP = "tpsl_flwr.simulations.node_app"
 
@@ -58,11 +88,16 @@ class ForwardingClientApp(ClientApp):
         return self._app
 
     def __call__(self, message: Message, context: Context) -> Message:
-        """Forward to the worker named in the node config, else run locally."""
+        """Forward to the node's worker or party actor, else run locally."""
         path = context.node_config.get(WORKER_SOCKET)
-        if not path:
+        if path:
+            content = ask_worker(str(path), message, context)
+        elif party_actors_on(context.run_config):
+            from tpsl_flwr.simulations.party_actor import ask_party_actor
+
+            content = ask_party_actor(message, context)
+        else:
             return self.local_app()(message, context)
-        content = ask_worker(str(path), message, context)
         return Message(content, reply_to=message)
 
 

@@ -16,7 +16,13 @@ Each message runs through the same ClientApp a node runs without a worker
 (:func:`tpsl_flwr.simulations.node_app.make_node_app`: the wire's
 ``NonLabelHandlers``, the recorder mod, ``checkpoint_dir``), under a
 ``flwr.app.Context`` the worker keeps per run: the node's state lives here,
-not in the SuperNode. A failed message leaves that state as it was. A run
+not in the SuperNode. The worker calls one ClientApp object for every message,
+so that context says so (``protocol.APP_KEEPS_STATE``, as the in-process
+engine's): the party stays in the app object and the context records only its
+version, instead of an encoded copy of the whole state after every message
+(~41 MB for a Criteo node). A failed message leaves the context as it was and
+drops the app object's party, so the run's next message fails too, never
+meeting a half-updated party. A run
 whose run config differs from the one given at start gets a freshly built
 party, as a ClientApp process would. Every message is logged with the times
 it was received and answered (``worker <partition> <type> recv <t> sent <t>``,
@@ -34,7 +40,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from flwr.app import Context, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.wire import protocol as P
@@ -133,7 +139,7 @@ class PartyWorker:
                 context.run_id,
                 context.node_id,
                 dict(node),
-                RecordDict(),
+                RecordDict({P.APP_KEEPS_STATE: ConfigRecord({"same-object": True})}),
                 dict(context.run_config),
             )
             self.contexts[context.run_id] = kept
@@ -154,6 +160,9 @@ class PartyWorker:
                 reply = self.app(message, trial)
         except Exception:
             _LOG.exception("the node's ClientApp raised")
+            # its party may be half-updated: a fresh app object has none, so the
+            # context's version finds nothing and the run's next message fails
+            self.app = self._node_app.make_node_app(self._factory)
             raise
         kept.state = trial.state  # only a successful message updates the state
         _LOG.info(
