@@ -164,11 +164,13 @@ def run_sampled(
         assert proc.stdout is not None
         reader = threading.Thread(target=copy, args=(proc.stdout, sink), daemon=True)
         reader.start()
-        peak, seen = 0, set[int]()
+        peak, seen = 0, dict[int, int]()  # pid -> its start time
         timeline: list[tuple[float, dict[int, int]]] = []
         while proc.poll() is None:
             pids = (proc.pid, *children(proc.pid))
-            seen.update(pids)
+            for p in pids:
+                if p not in seen:
+                    seen[p] = _start_time(p)
             sizes = {p: rss_anon_kb(p) for p in pids}
             peak = max(peak, sum(sizes.values()))
             if per_process is not None:
@@ -200,19 +202,30 @@ def run_sampled(
     return proc.returncode, time.perf_counter() - start, peak, started
 
 
-def _end(group: int, pids: set[int]) -> None:
-    """SIGKILL process group ``group`` and every pid of ``pids`` still in its session.
+def _start_time(pid: int) -> int:
+    """The start time of ``pid`` (clock ticks since boot; -1 if it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return -1
+    return int(stat.rpartition(")")[2].split()[19])  # field 22 of proc(5)
 
-    A pid seen earlier may since have been reused by another process: only one
-    still in the run's session (``start_new_session``) is ended.
+
+def _end(group: int, seen: dict[int, int]) -> None:
+    """SIGKILL process group ``group`` and every process seen in the run.
+
+    The local SuperLink that ``flwr run`` starts leaves the run's session, and
+    Ray's daemons with it, so the group alone misses them. A pid seen earlier
+    may since have been reused by another process: only a pid whose start time
+    is still the one seen is ended.
     """
     import signal
 
     with contextlib.suppress(OSError):
         os.killpg(group, signal.SIGKILL)
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            if os.getsid(pid) == group:
+    for pid, started in seen.items():
+        if started >= 0 and _start_time(pid) == started:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -304,7 +317,9 @@ def main() -> None:
                     )
                     ranked = sorted(processes.items(), key=lambda kv: -kv[1][1])
                     for pid, (name, kb, end) in ranked[:8]:
-                        tail = f"{end / 1024:6,.0f} MB" if end else "     - MB"
+                        # a run the time limit stopped has no end of epoch
+                        stopped = rc != 0 or not end
+                        tail = "     - MB" if stopped else f"{end / 1024:6,.0f} MB"
                         print(
                             f"    pid {pid:>7d} {kb / 1024:8,.0f} MB (end of epoch "
                             f"{tail})  {name[:60]}"
