@@ -27,7 +27,11 @@ from tpsl_flwr.engines.flower_env import app_config, offline_flower_env
 from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.engines.inprocess_run import run_inprocess
-from tpsl_flwr.engines.processes import FlowerLaunchError, find_launched_processes
+from tpsl_flwr.engines.processes import (
+    LAUNCH_ID_ENV,
+    FlowerLaunchError,
+    find_launched_processes,
+)
 from tpsl_flwr.engines.simulation import run_flwr_simulation
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
@@ -406,15 +410,17 @@ def _assert_tpsl_results(
     return results
 
 
-def _watch_party_actors(seen: set[int], done: threading.Event) -> None:
-    """Add the pid of every ``ray::PartyActor`` process to ``seen`` until ``done``."""
+def _watch_party_actors(seen: dict[int, bytes], done: threading.Event) -> None:
+    """Note each ``ray::PartyActor`` process (pid -> environment) until ``done``."""
     while not done.wait(0.2):
         for entry in Path("/proc").iterdir():
             try:
-                if entry.name.isdigit() and (entry / "cmdline").read_bytes().startswith(
-                    b"ray::PartyActor"
+                if (
+                    entry.name.isdigit()
+                    and int(entry.name) not in seen
+                    and (entry / "cmdline").read_bytes().startswith(b"ray::PartyActor")
                 ):
-                    seen.add(int(entry.name))
+                    seen[int(entry.name)] = (entry / "environ").read_bytes()
             except OSError:
                 continue
 
@@ -429,7 +435,7 @@ def test_flwr_run_simulation_runs_tpsl_app(tmp_path: Path) -> None:
     config = _tpsl_config(out_dir, **{"party-actors": True})
 
     # Execute, watching for the party actors' processes
-    seen: set[int] = set()
+    seen: dict[int, bytes] = {}
     done = threading.Event()
     watcher = threading.Thread(target=_watch_party_actors, args=(seen, done))
     watcher.start()
@@ -453,7 +459,9 @@ def test_flwr_run_simulation_runs_tpsl_app(tmp_path: Path) -> None:
     assert run.ok, f"{run.status} ({run.status_details})\n{run.output[-3000:]}"
     assert run.returncode == 0
     _assert_tpsl_results(out_dir, config, "ray")
-    assert len(seen) == 2, f"party actor processes seen: {sorted(seen)}"
+    marker = f"{LAUNCH_ID_ENV}={run.launch_id}".encode()
+    ours = [pid for pid, env in seen.items() if marker in env.split(b"\0")]
+    assert len(ours) == 2, f"this run's party actors: {ours} (all seen: {sorted(seen)})"
     assert find_launched_processes(run.launch_id) == []
     assert (tmp_path / "flwr-home" / "local-superlink" / "superlink.log").exists()
     # the run's log holds the label party's test metrics: its own (0600)
