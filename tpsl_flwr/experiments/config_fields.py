@@ -15,6 +15,7 @@ from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy import posterior
 from tpsl_flwr.privacy.mechanisms import MECHANISMS
 from tpsl_flwr.validation import PLACEMENTS
+from tpsl_flwr.wire.protocol import parse_bool
 from tpsl_flwr.wire.wire_dtype import WIRE_DTYPES
 
 LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine")
@@ -166,11 +167,7 @@ def coerce_value(key: str, raw: Any, kind: object) -> Any:
     kind_name = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
     try:
         if kind_name == "bool":
-            if isinstance(raw, str):
-                if raw.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(raw)
-                return raw.lower() in ("true", "1")
-            return bool(raw)
+            return parse_bool(raw)
         if kind_name == "int":
             if isinstance(raw, float) and not raw.is_integer():
                 raise ValueError(raw)

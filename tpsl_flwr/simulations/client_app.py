@@ -31,6 +31,7 @@ from typing import Any
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from tpsl_flwr.wire.protocol import parse_bool
 from tpsl_flwr.wire.worker_link import WORKER_SOCKET, ask_worker
 
 PARTY_ACTORS = "party-actors"
@@ -40,10 +41,9 @@ PARTY_ACTORS = "party-actors"
 def party_actors_on(run_config: Any) -> bool:
     """``party-actors`` read as the label party's config reads a bool.
 
-    The same rule as :func:`~tpsl_flwr.experiments.config_fields.coerce_value`
-    (``"true"``/``"1"`` and ``"false"``/``"0"`` in any case; other values by
-    truth), so a node never takes the default path for a value the label party
-    read as ``true``.
+    By :func:`~tpsl_flwr.wire.protocol.parse_bool`, the label party's rule, so
+    a node never takes the default path for a value the label party read as
+    ``true``.
 
     Examples
     --------
@@ -53,11 +53,10 @@ def party_actors_on(run_config: Any) -> bool:
     False
     """
     raw = run_config.get(PARTY_ACTORS, False)
-    if isinstance(raw, str):
-        if raw.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"{PARTY_ACTORS} must be a boolean, got {raw!r}")
-        return raw.lower() in ("true", "1")
-    return bool(raw)
+    try:
+        return parse_bool(raw)
+    except ValueError:
+        raise ValueError(f"{PARTY_ACTORS} must be a boolean, got {raw!r}") from None
 
 
 __all__ = ["PARTY_ACTORS", "ForwardingClientApp", "app", "party_actors_on"]

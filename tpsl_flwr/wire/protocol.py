@@ -199,6 +199,30 @@ def row_counts(text: object, what: str) -> list[int]:
     return [int(part) for part in text.split(",")]
 
 
+def parse_bool(raw: object) -> bool:
+    """A run-config boolean: "true", "1", "false" or "0" in any case, else truth.
+
+    The one rule for both sides: the label party's config
+    (:func:`~tpsl_flwr.experiments.config_fields.coerce_value`) and a node's
+    light ClientApp, which must not import the config's modules.
+
+    Raises
+    ------
+    ValueError
+        If ``raw`` is any other string.
+
+    Examples
+    --------
+    >>> [parse_bool(v) for v in (True, "TRUE", 1, "0", False)]
+    [True, True, True, False, False]
+    """
+    if isinstance(raw, str):
+        if raw.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(raw)
+        return raw.lower() in ("true", "1")
+    return bool(raw)
+
+
 def as_int(value: object, what: str) -> int:
     """An integer from a ConfigRecord value, or a ProtocolError naming it."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
