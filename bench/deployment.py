@@ -77,6 +77,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cpu_window import CpuSampler
+
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import DEPLOYMENT_LOGS, run_experiment
 
@@ -211,6 +213,25 @@ def worker_breakdown(
     return parts
 
 
+def cpu_per_message(
+    events: list[tuple[float, str, str]], sampler: CpuSampler
+) -> dict[str, float]:
+    """CPU seconds per train message by kind of process, in the steady state.
+
+    The window runs from SuperNode 0's first ``Receiving: train`` to its last:
+    the epoch's train messages without the start and the test query.
+    ``window s`` and ``messages`` are in the result too.
+    """
+    received = [t for t, k, m in events if k == "Receiving" and m == "train"]
+    if len(received) < 3:
+        return {}
+    seconds, used = sampler.window(received[0], received[-1])
+    count = len(received) - 1
+    per = {kind: cpu / count for kind, cpu in used.items()}
+    per["window s"], per["messages"] = seconds, float(count)
+    return per
+
+
 def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
     """Run ``cfg`` on ``engine``; the results plus wall s (and node log timings)."""
     started = time.perf_counter()
@@ -223,9 +244,12 @@ def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
     saved = os.environ.get(POLL_ENV)
     if poll:
         os.environ[POLL_ENV] = poll  # the SuperNodes inherit it
+    sampler = None
     if deployed:
         timer = LogTimer(logs / "supernode-0.log")
         timer.start()
+        sampler = CpuSampler()
+        sampler.start()
     try:
         results = run_experiment(
             cfg,
@@ -238,6 +262,8 @@ def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
         if timer is not None:
             timer.done.set()
             timer.join(timeout=5)
+        if sampler is not None:
+            sampler.stop()
         if poll:
             os.environ.pop(POLL_ENV)
             if saved is not None:
@@ -245,6 +271,8 @@ def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
     results["wall_seconds"] = time.perf_counter() - started
     if timer is not None:
         results["node_gaps"] = timer.train_gaps()
+        if sampler is not None:
+            results["cpu_per_message"] = cpu_per_message(timer.events, sampler)
         if "+worker" in engine:
             results["worker_parts"] = worker_breakdown(
                 timer.events, logs / "party-worker-0.log"

@@ -16,7 +16,11 @@ steady-state message time, free of the epoch's fill and drain), test AUC,
 and deployment/Ray samples/s. Then where a train message goes (SuperNode 0
 and its worker, medians): SuperNode idle, SuperExec poll + spawn of the
 per-message ``flwr-clientapp``, that process reaching the worker, the step in
-the worker, the way back.
+the worker, the way back. Then the CPU seconds per train message of each kind
+of process on the machine (``bench/cpu_window.py``: ``/proc`` sampled every
+0.2 s, SuperNode 0's first to last train message), the cores busy, and the
+floor they set: the machine's CPU seconds per message over its CPU count, the
+least wall time a message can take however messages overlap.
 
 Part 2 times OUR code's share of one train message in this process, K = 1
 vs each K, for each wire dtype (median of ``--repeats``): the label party
@@ -46,6 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cpu_window import KINDS
 from deployment import _med, run_engine
 
 from tpsl_flwr.experiments.config import ExperimentConfig
@@ -274,6 +279,7 @@ def main() -> None:
         )
     print_checks(rows, args.steps, args.wires)
     print_parts(rows)
+    print_cpu(rows)
     print_share(shares)
     print()
     print(f"Bench wall time {time.perf_counter() - began:.0f} s.")
@@ -336,6 +342,42 @@ def print_parts(rows: dict[tuple[str, int, int, str], dict[str, Any]]) -> None:
             f"| {_med(gaps['idle'])} | {_med(parts['spawn'])} "
             f"| {_med(parts['reach'])} | {_med(parts['step'])} "
             f"| {_med(parts['back'])} |"
+        )
+
+
+def print_cpu(rows: dict[tuple[str, int, int, str], dict[str, Any]]) -> None:
+    """CPU seconds per train message by process, and the floor they set.
+
+    ``floor`` is the machine's CPU seconds per message over its CPU count: no
+    overlap of messages can make a message take less wall time than that.
+    """
+    runs = {
+        key: r["cpu_per_message"] for key, r in rows.items() if r.get("cpu_per_message")
+    }
+    if not runs:
+        return
+    cpus = os.cpu_count() or 1
+    kinds = [k for _, k in KINDS] + ["other", "machine"]
+    print()
+    print(
+        "CPU seconds per train message in the steady state (SuperNode 0's first "
+        "to last train message; every process on this machine):"
+    )
+    print()
+    print(
+        "| run | messages | s/message | "
+        + " | ".join(kinds)
+        + " | cores busy | floor s/message |"
+    )
+    print("|---|---|---|" + "---|" * (len(kinds) + 2))
+    for (_engine, k, d, wire), cpu in runs.items():
+        wall = cpu["window s"] / cpu["messages"]
+        cells = [f"{cpu.get(kind, 0.0):.2f}" for kind in kinds]
+        busy, floor = cpu["machine"] / wall, cpu["machine"] / cpus
+        print(
+            f"| K={k}, d={d}, {wire} | {cpu['messages']:.0f} | {wall:.2f} | "
+            + " | ".join(cells)
+            + f" | {busy:.2f} of {cpus} | {floor:.2f} |"
         )
 
 
