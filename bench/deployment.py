@@ -214,21 +214,19 @@ def worker_breakdown(
 
 
 def cpu_per_message(
-    events: list[tuple[float, str, str]], sampler: CpuSampler, per_party: int = 1
+    events: list[tuple[float, str, str]], sampler: CpuSampler
 ) -> dict[str, float]:
     """CPU seconds per train message by kind of process, in the steady state.
 
     The window runs from SuperNode 0's first ``Receiving: train`` to its last:
-    the epoch's train messages without the start and the test query. With
-    ``per_party`` SuperNodes per party, SuperNode 0 gets every
-    ``per_party``-th message of its party, so the window holds ``per_party``
-    times its gaps. ``window s`` and ``messages`` are in the result too.
+    the epoch's train messages without the start and the test query.
+    ``window s`` and ``messages`` are in the result too.
     """
     received = [t for t, k, m in events if k == "Receiving" and m == "train"]
     if len(received) < 3:
         return {}
     seconds, used = sampler.window(received[0], received[-1])
-    count = (len(received) - 1) * per_party
+    count = len(received) - 1
     per = {kind: cpu / count for kind, cpu in used.items()}
     per["window s"], per["messages"] = seconds, float(count)
     return per
@@ -272,14 +270,10 @@ def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
                 os.environ[POLL_ENV] = saved
     results["wall_seconds"] = time.perf_counter() - started
     if timer is not None:
-        per = cfg.supernodes_per_party
         results["node_gaps"] = timer.train_gaps()
-        if per > 1:  # SuperNode 0 gets every per-th message of its party
-            gaps = results["node_gaps"]["round_trip"]
-            results["node_gaps"]["round_trip"] = [g / per for g in gaps]
         if sampler is not None:
-            results["cpu_per_message"] = cpu_per_message(timer.events, sampler, per)
-        if "+worker" in engine and per == 1:  # worker 0 also serves SuperNode 2..
+            results["cpu_per_message"] = cpu_per_message(timer.events, sampler)
+        if "+worker" in engine:
             results["worker_parts"] = worker_breakdown(
                 timer.events, logs / "party-worker-0.log"
             )

@@ -32,14 +32,8 @@ decoding, the label party reading the embeddings, and the bytes each way.
 Targets (issue 22): message time K = 8 vs K = 1 at d = 1 <= 1.25;
 deployment/Ray samples/s at K = 8, d = 1 >= 0.1.
 
-``--relays 1 2`` runs each deployment setting with 1 and 2 SuperNodes per
-party (``supernodes-per-party``; the node median is then SuperNode 0's gap
-over 2, and the worker table is left out: worker 0 serves two SuperNodes);
-``--parties N`` sets the non-label parties (2).
-
 Usage: ``python bench/deployment_kd.py [--rows 20000] [--steps 1 8]
-[--depth 1 2] [--wire-dtype float32 float16] [--relays 1 2] [--parties 2]
-[--repeats 5] [--no-ray]``.
+[--depth 1 2] [--wire-dtype float32 float16] [--repeats 5] [--no-ray]``.
 About 12 minutes on a loaded 2-core machine (each deployment run 1-4 min).
 """
 
@@ -66,26 +60,14 @@ MESSAGE_RATIO_TARGET = 1.25
 RAY_RATIO_TARGET = 0.1
 
 
-def config(
-    rows: int,
-    k: int,
-    depth: int,
-    wire: str,
-    out: Path,
-    parties: int = 2,
-    relays: int = 1,
-) -> ExperimentConfig:
-    """The bench's experiment at K steps per message, depth d, wire dtype.
-
-    ``relays``: SuperNodes per party (``supernodes-per-party``).
-    """
+def config(rows: int, k: int, depth: int, wire: str, out: Path) -> ExperimentConfig:
+    """The bench's experiment at K steps per message, depth d, wire dtype."""
     return ExperimentConfig(
         dataset="synthetic-ctr",
         rows=rows,
         mechanism="laplace",
         epsilon=1.0,
-        num_parties=parties,
-        supernodes_per_party=relays,
+        num_parties=2,
         epochs=1,
         batch_size=BATCH,
         steps_per_message=k,
@@ -233,10 +215,6 @@ def main() -> None:
     parser.add_argument("--wire-dtype", nargs="+", default=["float32"], dest="wires")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-ray", action="store_true")
-    parser.add_argument("--parties", type=int, default=2, help="non-label parties")
-    parser.add_argument(
-        "--relays", type=int, nargs="+", default=[1], help="SuperNodes per party"
-    )
     parser.add_argument("--out", type=Path, default=None, help="keep outputs here")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -249,17 +227,14 @@ def main() -> None:
     rows: dict[tuple[str, int, int, str], dict[str, Any]] = {}
     runs = [("ray", k, 0, "float32") for k in args.steps if not args.no_ray]
     runs += [
-        ("deployment+worker" + (f" x{r}" if r > 1 else ""), k, d, w)
+        ("deployment+worker", k, d, w)
         for w in args.wires
         for d in args.depth
         for k in args.steps
-        for r in args.relays
     ]
     for engine, k, d, wire in runs:
-        tag = f"{engine}-k{k}-d{d}-{wire}".replace(" ", "")
-        relays = int(engine.partition(" x")[2] or 1)
-        cfg = config(args.rows, k, d, wire, out / tag, args.parties, relays)
-        results = run_engine(engine, cfg)
+        tag = f"{engine}-k{k}-d{d}-{wire}"
+        results = run_engine(engine, config(args.rows, k, d, wire, out / tag))
         rows[(engine, k, d, wire)] = results
         print(
             f"  {tag}: {results['round_trip_seconds']:.3f} s/message, "
@@ -277,8 +252,7 @@ def main() -> None:
     first = next(iter(rows.values()))
     print(
         f"Deployment K x d: synthetic-ctr, {first['train_rows']} training rows, "
-        f"batch {BATCH}, laplace eps 1, 1 epoch, {args.parties} parties, seeded "
-        "key, audit "
+        f"batch {BATCH}, laplace eps 1, 1 epoch, 2 parties, seeded key, audit "
         f"and validation off; OMP_NUM_THREADS {os.environ['OMP_NUM_THREADS']}; "
         f"{os.cpu_count()} CPUs, load avg {load_before[0]:.1f} before, "
         f"{load_after[0]:.1f} after"

@@ -30,7 +30,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_ssh_private_key
 from flwr.cli.supernode.register import try_load_public_key
 
-from tpsl_flwr.engines import deployment_security as security
 from tpsl_flwr.engines.certificates import (
     create_local_certificates,
     create_supernode_key_pair,
@@ -205,7 +204,7 @@ def test_local_certificates_have_flower_formats(tmp_path: Path) -> None:
     assert "127.0.0.1" in ips
     # The default (plaintext) runtime is unchanged
     plain = DeploymentRuntime(1, tmp_path / "plain")
-    assert security.superlink_security_args(plain.certificates) == ["--insecure"]
+    assert plain._superlink_security_args() == ["--insecure"]
     assert plain.supernode_security_args(0) == ["--insecure"]
 
 

@@ -374,7 +374,6 @@ def _inprocess_history(config: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """The epoch-1 history entry of the same run on the in-process engine."""
     merged = {**_app_defaults(), **config, "out-dir": str(out_dir)}
     merged["party-actors"] = False  # a Ray-only switch; the same numbers locally
-    merged["supernodes-per-party"] = 1  # deployment only; the same numbers too
     _provide_seeded_key(out_dir)
     cfg = ExperimentConfig.from_run_config(merged)
     grid = InProcessGrid(tpsl_client_app, cfg.num_parties, run_config=merged)
@@ -467,32 +466,6 @@ def test_flwr_run_simulation_runs_tpsl_app(tmp_path: Path) -> None:
     assert (tmp_path / "flwr-home" / "local-superlink" / "superlink.log").exists()
     # the run's log holds the label party's test metrics: its own (0600)
     assert run.log_path.stat().st_mode & 0o777 == 0o600
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_two_supernodes_per_party_give_the_numbers_of_one(tmp_path: Path) -> None:
-    # Prepare: 2 parties x 2 SuperNodes, one worker per party; pipeline-depth 1
-    # keeps two messages in flight per party, so both SuperNodes get messages
-    out_dir = tmp_path / "out"
-    config = _tpsl_config(out_dir, **{"supernodes-per-party": 2, "pipeline-depth": 1})
-    runtime = DeploymentRuntime(
-        2, tmp_path / "logs", party_workers=True, supernodes_per_party=2
-    )
-
-    # Execute
-    with runtime:
-        assert len(runtime.pids) == 5  # the SuperLink and 4 SuperNodes
-        run = runtime.run(APP_DIR, config, timeout=300, check=False)
-
-    # Assert: the in-process engine's numbers (one node per party, depth 1):
-    # the workers ran each party's messages in the order sent
-    assert run.ok, f"{run.status} ({run.status_details})\n{run.output[-3000:]}"
-    _assert_tpsl_results(out_dir, config, "deployment")
-    for supernode in range(4):  # SuperNode j serves partition j % 2
-        log = (tmp_path / "logs" / f"supernode-{supernode}.log").read_text()
-        assert "train message" in log, f"SuperNode {supernode} got no train message"
-    assert find_launched_processes(runtime.launch_id) == []
 
 
 @pytest.mark.slow

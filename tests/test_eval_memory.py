@@ -181,9 +181,9 @@ def test_each_chunk_is_released_before_the_next_chunk(tmp_path, monkeypatch):
     earlier: list[weakref.ref] = []
     alive_at_next: list[int] = []
 
-    def watched(grid, messages, timeout, poll, relays=None):
+    def watched(grid, messages, timeout, poll):
         alive_at_next.append(sum(ref() is not None for ref in earlier))
-        replies = exchange(grid, messages, timeout, poll, relays)
+        replies = exchange(grid, messages, timeout, poll)
         earlier.extend(weakref.ref(r) for r in replies)
         earlier.append(weakref.ref(_Cycle()))
         return replies

@@ -35,7 +35,7 @@ from tpsl_flwr.simulations.client_app import app as forwarding_app
 from tpsl_flwr.simulations.node_app import app as node_app
 from tpsl_flwr.simulations.party_worker import PartyWorker
 from tpsl_flwr.wire import protocol as P
-from tpsl_flwr.wire import worker_link, worker_server
+from tpsl_flwr.wire import worker_link
 from tpsl_flwr.wire.arrays import from_array, to_array
 from tpsl_flwr.wire.batch_pack import stack_rows
 from tpsl_flwr.wire.client_app import STATE_KEY
@@ -44,10 +44,10 @@ from tpsl_flwr.wire.worker_link import (
     WORKER_SOCKET,
     FrameError,
     WorkerError,
+    WorkerServer,
     ask_worker,
     socket_path,
 )
-from tpsl_flwr.wire.worker_server import WorkerServer
 
 
 @pytest.fixture
@@ -189,11 +189,8 @@ def test_the_worker_answers_as_the_node_app_does(private_dir):
     thread.join(timeout=30)
     server.close()
 
-    # Assert: the same answers (the worker adds its name to the hello); the
-    # node's state stays in the worker
-    described = dict(replies["remote"][0].content[P.NODE])
-    assert described.pop(P.WORKER_ID) == worker.worker_id
-    assert dict(replies["local"][0].content[P.NODE]) == described
+    # Assert: the same answers; the node's state stays in the worker
+    assert replies["local"][0].content[P.NODE] == replies["remote"][0].content[P.NODE]
     for mine, theirs in zip(replies["local"][1:], replies["remote"][1:], strict=True):
         a = from_array(mine.content[P.EMBEDDINGS][P.EMBEDDINGS_KEY])
         b = from_array(theirs.content[P.EMBEDDINGS][P.EMBEDDINGS_KEY])
@@ -303,7 +300,7 @@ def test_a_malformed_frame_is_answered_logged_and_the_next_one_served(
     context = Context(3, 11, {}, RecordDict(), {})
 
     # Act: the malformed request, then a valid one
-    with caplog.at_level(logging.WARNING, logger=worker_server.__name__):
+    with caplog.at_level(logging.WARNING, logger=worker_link.__name__):
         answer = _raw_request(server.path, data)
         reply = ask_worker(server.path, msg, context)
     thread.join(timeout=10)
@@ -312,7 +309,7 @@ def test_a_malformed_frame_is_answered_logged_and_the_next_one_served(
     # Assert: an error answer naming the fault, one log line, the next served
     assert answer[_LENGTH.size : _LENGTH.size + 2] == b"er"
     assert reason in answer.decode("utf-8", errors="replace")
-    lines = [r.getMessage() for r in caplog.records if r.name == worker_server.__name__]
+    lines = [r.getMessage() for r in caplog.records if r.name == worker_link.__name__]
     assert len(lines) == 1 and reason in lines[0], lines
     assert server.dropped == 1 and not thread.is_alive()
     assert reply["c"]["x"] == 1

@@ -71,7 +71,7 @@ class DeploymentRuntime:
     Parameters
     ----------
     num_supernodes : int
-        Number of non-label parties, ``supernodes_per_party`` SuperNodes each.
+        Number of SuperNodes (non-label parties).
     log_dir : Path
         Folder for ``superlink.log``, ``supernode-<i>.log`` and each run's log.
     flwr_home : Path | None
@@ -103,16 +103,18 @@ class DeploymentRuntime:
         ``worker_run_config`` (:mod:`~tpsl_flwr.engines.party_workers`).
     worker_run_config : Mapping[str, Any] | None
         The full run config the nodes will see (app defaults + overrides).
-    supernodes_per_party : int
-        SuperNode ``j`` serves partition ``j % num_supernodes`` (its log is
-        ``supernode-<j>.log``), all of a party's with the party's one worker.
 
     Examples
     --------
-    ``with DeploymentRuntime(2, tmp_path, secure=True) as runtime:``
-    ``runtime.run(app_dir, {"num-rounds": 3}, timeout=120)`` runs over TLS;
-    ``runtime.address`` is the label party's loopback (Control and Runtime
-    APIs), ``runtime.fleet_address`` the proxy (Fleet API only).
+    ::
+
+        with DeploymentRuntime(2, tmp_path) as runtime:
+            result = runtime.run(app_dir, {"num-rounds": 3}, timeout=120)
+
+        with DeploymentRuntime(2, tmp_path, secure=True) as runtime:
+            result = runtime.run(app_dir, timeout=120)  # over TLS
+            runtime.address  # Control and Runtime: the label party's loopback
+            runtime.fleet_address  # the proxy: Fleet API only
     """
 
     num_supernodes: int
@@ -126,7 +128,6 @@ class DeploymentRuntime:
     certificates_dir: Path | None = None
     party_workers: bool = False
     worker_run_config: Mapping[str, Any] | None = None
-    supernodes_per_party: int = 1
     workers: PartyWorkers | None = field(default=None, init=False)
     certificates: LocalCertificates | None = field(default=None, init=False)
     node_ids: list[int] = field(default_factory=list, init=False)
@@ -155,10 +156,6 @@ class DeploymentRuntime:
             self.certificates_dir = Path(self.certificates_dir).resolve()
         self.env = offline_flower_env(self.flwr_home)
         self.env[LAUNCH_ID_ENV] = self.launch_id
-
-    @property
-    def _total(self) -> int:
-        return self.num_supernodes * self.supernodes_per_party
 
     @property
     def pids(self) -> list[int]:
@@ -202,14 +199,14 @@ class DeploymentRuntime:
         deadline = time.monotonic() + self.startup_timeout
         if self.secure:
             self.certificates = security.prepare_certificates(
-                self.log_dir, self.certificates_dir, self._total
+                self.log_dir, self.certificates_dir, self.num_supernodes
             )
         if self.party_workers:  # they load torch and data meanwhile
             self.workers = PartyWorkers(
                 self.num_supernodes, self.log_dir, self.env, self.worker_run_config
             )
             self.workers.start()
-        link_port, proxy_port, *node_ports = free_ports(2 + self._total)
+        link_port, proxy_port, *node_ports = free_ports(2 + self.num_supernodes)
         self.address = f"127.0.0.1:{link_port}"
         self.fleet_address = self.address
         security.write_connection(
@@ -218,7 +215,7 @@ class DeploymentRuntime:
         self._spawn(
             [
                 "flower-superlink",
-                *security.superlink_security_args(self.certificates),
+                *self._superlink_security_args(),
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -246,15 +243,14 @@ class DeploymentRuntime:
             self._wait(self.proxy.ready, deadline)
         logs = []
         for i, port in enumerate(node_ports):
-            party = i % self.num_supernodes
             node_config: dict[str, object] = {
-                P.PARTITION_ID: party,
+                P.PARTITION_ID: i,
                 P.NUM_PARTITIONS: self.num_supernodes,
             }
             if self.node_configs is not None:
-                node_config.update(self.node_configs[party])
+                node_config.update(self.node_configs[i])
             if self.workers is not None:
-                node_config[WORKER_SOCKET] = str(self.workers.sockets[party])
+                node_config[WORKER_SOCKET] = str(self.workers.sockets[i])
             logs.append(self.log_dir / f"supernode-{i}.log")
             self._spawn(
                 [
@@ -413,6 +409,9 @@ class DeploymentRuntime:
                     f"see logs in {self.log_dir}"
                 )
             time.sleep(0.2)
+
+    def _superlink_security_args(self) -> list[str]:
+        return security.superlink_security_args(self.certificates)
 
     def _names(self) -> list[str]:
         return ["flower-superlink"] + [

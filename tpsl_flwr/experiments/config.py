@@ -102,7 +102,6 @@ class ExperimentConfig:
     pipeline_depth: int = 0
     wire_dtype: str = "float32"
     party_actors: bool = False
-    supernodes_per_party: int = 1
     num_parties: int = 2
     embedding_dim: int = 8
     bottom_hidden: int = 64
@@ -142,7 +141,6 @@ class ExperimentConfig:
         for name in (
             "epochs",
             "steps_per_message",
-            "supernodes_per_party",
             "num_parties",
             "embedding_dim",
             "bottom_hidden",

@@ -101,11 +101,6 @@ FIELD_HELP: dict[str, str] = {
     "party-actors": "Ray simulation only: each node's party lives in one Ray actor "
     "for the run and only messages cross; false: its state (~41 MB a message for "
     "a Criteo node) travels with every message",
-    "supernodes-per-party": "Flower deployment only: SuperNodes per non-label "
-    "party, all forwarding to the party's one worker; the label party sends a "
-    "party's messages to them in turn, numbered, and the worker runs them in "
-    "that order, so up to this many per-message processes overlap (with "
-    "pipeline-depth >= supernodes-per-party - 1)",
     "num-parties": "non-label parties (Flower nodes), each holding a column slice",
     "embedding-dim": "width of each vector a node sends: each field vector "
     "(dlrm) or the node's whole cut layer (mlp)",

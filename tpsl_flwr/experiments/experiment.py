@@ -148,7 +148,6 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         steps_per_message=cfg.steps_per_message,
         pipeline_depth=cfg.pipeline_depth,
         wire_dtype=cfg.wire_dtype,
-        supernodes_per_party=cfg.supernodes_per_party,
         order_seed=cfg.seed,
         num_nodes=cfg.num_parties,
         audit=cfg.audit,

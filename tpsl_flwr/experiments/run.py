@@ -172,13 +172,6 @@ def run_experiment(
         from tpsl_flwr.strategies.pipeline import NOT_ON_RAY
 
         raise ConfigError(NOT_ON_RAY.format(depth=cfg.pipeline_depth))
-    if cfg.supernodes_per_party > 1 and not (engine == "deployment" and party_workers):
-        raise ConfigError(
-            f"supernodes-per-party = {cfg.supernodes_per_party} needs Flower's "
-            "deployment runtime with a party worker per party (the SuperNodes of a "
-            f"party forward to it), got engine {engine!r}"
-            + ("" if party_workers else " without party workers")
-        )
     if cfg.party_actors and engine != "ray":
         raise ConfigError(
             "party-actors = true keeps each node's party in a Ray actor: it is for "
@@ -346,7 +339,6 @@ def _run_on_deployment(
             secure=secure,
             party_workers=workers,
             worker_run_config={**app_config(app), **run_config},
-            supernodes_per_party=cfg.supernodes_per_party,
         ) as runtime:
             run = runtime.run(app, run_config, timeout=timeout, check=False)
         if echo is not None:

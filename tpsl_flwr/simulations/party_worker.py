@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import secrets
 import signal
 import sys
 import time
@@ -45,8 +44,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.wire import protocol as P
-from tpsl_flwr.wire.worker_link import socket_path
-from tpsl_flwr.wire.worker_server import WorkerServer
+from tpsl_flwr.wire.worker_link import WorkerServer, socket_path
 
 __all__ = ["PartyWorker", "add_party_parser", "cmd_party", "worker_run_config"]
 
@@ -101,8 +99,6 @@ class PartyWorker:
         self._node_app = node_app
         self._config_of = ExperimentConfig.from_run_config
         self._ready: tuple[Any, Any] | None = None
-        self.worker_id = secrets.token_hex(8)
-        """A random name of this process, in every hello reply (``worker-id``)."""
         self.contexts: OrderedDict[int, Context] = OrderedDict()
         self.app = node_app.make_node_app(self._factory)
         if run_config is not None:
@@ -169,8 +165,6 @@ class PartyWorker:
             self.app = self._node_app.make_node_app(self._factory)
             raise
         kept.state = trial.state  # only a successful message updates the state
-        if message.metadata.message_type == P.MSG_HELLO:
-            reply.content.config_records[P.NODE][P.WORKER_ID] = self.worker_id
         _LOG.info(
             "worker %d %s recv %.4f sent %.4f",
             self.partition_id,
@@ -179,19 +173,6 @@ class PartyWorker:
             time.time(),
         )
         return reply
-
-    @staticmethod
-    def sequence_of(message: Message, context: Context) -> tuple[int, int] | None:
-        """``(run id, number)`` of a numbered message (``seq``), else ``None``.
-
-        The label party numbers a party's messages when the party has several
-        SuperNodes (:mod:`~tpsl_flwr.strategies.relays`); the worker's server
-        runs them in that order (:mod:`~tpsl_flwr.wire.worker_order`).
-        """
-        config = message.content.config_records.get(P.CONFIG)
-        if config is None or P.SEQUENCE not in config:
-            return None
-        return context.run_id, P.as_int(config[P.SEQUENCE], P.SEQUENCE)
 
 
 def _warm_torch() -> None:
@@ -248,7 +229,7 @@ def cmd_party(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     worker = PartyWorker(args.partition_id, args.num_partitions, run_config)
     path = socket_path(folder, args.partition_id)
-    server = WorkerServer(path, worker.handle, sequence_of=worker.sequence_of)
+    server = WorkerServer(path, worker.handle)
 
     def stop(signum: int, frame: Any) -> None:
         raise SystemExit(0)

@@ -64,7 +64,7 @@ def send_to_all(
     messages = [
         step_message(n, P.MSG_EMBED_TEST, config, [], []) for n in strategy.nodes
     ]
-    replies = exchange(grid, messages, timeout, strategy.poll_interval, strategy.relays)
+    replies = exchange(grid, messages, timeout, strategy.poll_interval)
     check_replies(strategy.nodes, replies, [n.node_id for n in strategy.nodes])
 
 

@@ -223,9 +223,7 @@ def evaluate(
     for i, (batches, names) in enumerate(chunks):
         config = last_settings if i == len(chunks) - 1 else {}
         messages = query_messages(strategy, server_round, config, batches, names)
-        replies = exchange(
-            grid, messages, timeout, strategy.poll_interval, strategy.relays
-        )
+        replies = exchange(grid, messages, timeout, strategy.poll_interval)
         del messages  # the chunk's ids and gradients: sent
         absorb_replies(accumulator, replies, batches, names)
         # The chunk's embeddings go before the next chunk's arrive, not after

@@ -26,7 +26,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from flwr.app import Error, Message
 from flwr.common.constant import ErrorCode
@@ -34,9 +33,6 @@ from flwr.serverapp import Grid
 
 from tpsl_flwr.validation import check_positive_finite
 from tpsl_flwr.wire.protocol import check_outgoing
-
-if TYPE_CHECKING:
-    from tpsl_flwr.strategies.relays import Relays
 
 __all__ = [
     "FIRST_INTERVAL",
@@ -64,7 +60,6 @@ def exchange(
     messages: Iterable[Message],
     timeout: float | None,
     max_interval: float = MAX_INTERVAL,
-    relays: Relays | None = None,
 ) -> list[Message]:
     """Push ``messages`` and return their replies, as ``grid.send_and_receive``.
 
@@ -83,11 +78,6 @@ def exchange(
         message the grid did not accept (:data:`NOT_DELIVERED`).
     max_interval
         Longest sleep between two pulls, in seconds.
-    relays
-        Each party's SuperNodes (``supernodes-per-party > 1``): the messages,
-        addressed to each party's first SuperNode, are numbered and sent to
-        the party's SuperNodes in turn, and the replies come back in the first
-        SuperNode's name (:mod:`~tpsl_flwr.strategies.relays`).
 
     Returns
     -------
@@ -105,8 +95,7 @@ def exchange(
         (:func:`~tpsl_flwr.wire.protocol.check_outgoing`); nothing is sent then.
     """
     max_interval = check_positive_finite(max_interval, "max_interval")
-    pushed = push(grid, messages, relays)
-    return collect(grid, pushed, timeout, max_interval, relays)
+    return collect(grid, push(grid, messages), timeout, max_interval)
 
 
 @dataclass(frozen=True)
@@ -119,14 +108,8 @@ class Pushed:
     """The ids the grid returned for them."""
 
 
-def push(
-    grid: Grid, messages: Iterable[Message], relays: Relays | None = None
-) -> Pushed:
+def push(grid: Grid, messages: Iterable[Message]) -> Pushed:
     """Check every message against the allow-list, then push them all now.
-
-    With ``relays``, each message is numbered and re-addressed first
-    (:meth:`~tpsl_flwr.strategies.relays.Relays.route`), so the check sees
-    exactly what is sent.
 
     Raises
     ------
@@ -135,8 +118,6 @@ def push(
         (:func:`~tpsl_flwr.wire.protocol.check_outgoing`); nothing is sent then.
     """
     outgoing = list(messages)
-    if relays is not None:
-        relays.route(outgoing)
     for message in outgoing:
         check_outgoing(message.content)
     accepted = frozenset(i for i in grid.push_messages(outgoing) if i is not None)
@@ -148,14 +129,12 @@ def collect(
     pushed: Pushed,
     timeout: float | None,
     max_interval: float = MAX_INTERVAL,
-    relays: Relays | None = None,
 ) -> list[Message]:
     """The replies to ``pushed``, polling as :func:`exchange` does.
 
     ``timeout`` counts from this call (a message pushed earlier may wait
     behind another one at its node); replies and error replies as
-    :func:`exchange` returns them (with ``relays``, in the name of each
-    party's first SuperNode).
+    :func:`exchange` returns them.
     """
     max_interval = check_positive_finite(max_interval, "max_interval")
     waiting = set(pushed.accepted)
@@ -176,8 +155,7 @@ def collect(
         else:
             time.sleep(interval)
         interval = min(2 * interval, max_interval)
-    named = _in_the_nodes_names(pushed.outgoing, replies, waiting, timeout)
-    return named if relays is None else relays.merge(pushed.outgoing, named)
+    return _in_the_nodes_names(pushed.outgoing, replies, waiting, timeout)
 
 
 def _in_the_nodes_names(

@@ -115,12 +115,10 @@ def train_steps(
             messages = strategy.configure_train(
                 server_round, ArrayRecord(), ConfigRecord(), grid
             )
-            sent = push(grid, messages, strategy.relays)
+            sent = push(grid, messages)
             queue.append(_InFlight(server_round, state.in_flight, sent))
         oldest = queue.popleft()
-        replies = collect(
-            grid, oldest.pushed, timeout, strategy.poll_interval, strategy.relays
-        )
+        replies = collect(grid, oldest.pushed, timeout, strategy.poll_interval)
         state.in_flight = oldest.batches
         strategy.aggregate_train(oldest.server_round, replies)
         progress.update(state.samples)

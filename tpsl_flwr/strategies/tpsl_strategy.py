@@ -60,8 +60,8 @@ from tpsl_flwr.strategies.evaluation_query import (
     absorb_replies,
     query_messages,
 )
-from tpsl_flwr.strategies.exchange import MAX_INTERVAL
-from tpsl_flwr.strategies.relays import Relays, hello_nodes
+from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange
+from tpsl_flwr.strategies.node_count import refuse_extra_nodes, wait_for_nodes
 from tpsl_flwr.strategies.selection import Validation, check_validation_mechanism
 from tpsl_flwr.validation import check_int, check_positive_finite
 from tpsl_flwr.wire import protocol as P
@@ -70,7 +70,9 @@ from tpsl_flwr.wire.label_side import (
     check_replies,
     check_sample_counts,
     check_top_model,
+    describe_nodes,
     gather_embeddings,
+    hello_messages,
     step_message,
 )
 from tpsl_flwr.wire.wire_dtype import check_wire_dtype
@@ -141,9 +143,6 @@ class TPSLStrategy(Strategy):
         ``float32`` (the default) or ``float16``: the dtype the perturbed
         gradient slices go in, cast after perturbation (post-processing,
         :mod:`~tpsl_flwr.wire.wire_dtype`).
-    supernodes_per_party
-        ``r`` SuperNodes per party (deployment), one worker per party; a party's
-        messages go to them in turn (:mod:`~tpsl_flwr.strategies.relays`).
 
     See ``docs/embedding.md`` for the contracts of both parties and for
     resuming an embedded run.
@@ -169,18 +168,14 @@ class TPSLStrategy(Strategy):
         lr_schedule: str = "constant",
         pipeline_depth: int = 0,
         wire_dtype: str = "float32",
-        supernodes_per_party: int = 1,
     ) -> None:
         for name, value in (
             ("batch_size", batch_size),
             ("epochs", epochs),
             ("steps_per_message", steps_per_message),
-            ("supernodes_per_party", supernodes_per_party),
         ):
             check_int(value, name)
         self.pipeline_depth = check_int(pipeline_depth, "pipeline_depth", 0)
-        self.supernodes_per_party = supernodes_per_party
-        self.relays: Relays | None = None
         self.wire_dtype = check_wire_dtype(wire_dtype)
         if num_nodes is not None:
             check_int(num_nodes, "num_nodes")
@@ -275,7 +270,11 @@ class TPSLStrategy(Strategy):
         or does not return the logits the labels need (one no-grad forward of
         a zeros row).
         """
-        nodes, self.relays = hello_nodes(self, grid, timeout, resume_epoch)
+        node_ids = wait_for_nodes(grid, self.num_nodes, self.node_wait)
+        hello = hello_messages(node_ids, resume_epoch)  # may start each node's app
+        replies = exchange(grid, hello, timeout + self.node_wait, self.poll_interval)
+        nodes = describe_nodes(replies, node_ids, self.num_nodes)
+        refuse_extra_nodes(nodes, self.num_nodes)
         n_test = None if self.test_labels is None else int(self.test_labels.size)
         check_sample_counts(nodes, num_train=self.num_train, num_test=n_test)
         check_top_model(self.party.top, nodes, self.party.num_outputs)

@@ -58,10 +58,6 @@ KEEP_BEST = "keep-best"
 """Keep the current state as the best epoch's (the epoch number)."""
 RESTORE_BEST = "restore-best"
 """Load the state kept as the best epoch's (the epoch number)."""
-SEQUENCE = "seq"
-"""With several SuperNodes per party: the count of the party's messages sent
-before this one (a public counter), so its worker runs them in the order sent
-(:mod:`~tpsl_flwr.strategies.relays`)."""
 
 # Run-config key both parties read (public configuration, never sent in CONFIG).
 WIRE_DTYPE = "wire-dtype"
@@ -80,9 +76,6 @@ NUM_PARTITIONS = "num-partitions"
 EMBEDDING_DIM = "embedding-dim"
 NUM_TRAIN = "num-train"
 NUM_TEST = "num-test"
-WORKER_ID = "worker-id"
-"""Key of NODE a party worker adds: a random name of the worker process, so the
-label party can check that a party's SuperNodes all reach one worker."""
 
 ALLOWED_CONFIG_KEYS = frozenset(
     {
@@ -97,7 +90,6 @@ ALLOWED_CONFIG_KEYS = frozenset(
         LR_SCALE,
         KEEP_BEST,
         RESTORE_BEST,
-        SEQUENCE,
     }
 )
 """The only keys of :data:`CONFIG` a non-label party may receive."""

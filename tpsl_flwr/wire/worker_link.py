@@ -5,10 +5,10 @@ party worker (:mod:`tpsl_flwr.simulations.party_worker`) that process only
 forwards: it sends the message and the node's context over a Unix domain
 socket to the worker, which keeps torch, the data and the party loaded and
 runs the very same ClientApp on them, and it returns the worker's reply
-content. The forwarding side, :func:`ask_worker` (it imports no torch), and
-the wire format both sides use are here; the worker side is
-:class:`~tpsl_flwr.wire.worker_server.WorkerServer`, which serves any
-``(Message, Context) -> Message`` callable.
+content. Both halves of that exchange are here, side by side:
+:func:`ask_worker` (the forwarding side; it imports no torch) and
+:class:`WorkerServer` (the worker side; it serves any
+``(Message, Context) -> Message`` callable).
 
 Wire format, one request per connection: a request is two frames, Flower's
 own protobuf encodings of the ``Message`` and of the ``Context`` (its state
@@ -37,6 +37,7 @@ import os
 import socket
 import stat
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 from flwr.app import Context, Message, RecordDict
@@ -54,6 +55,7 @@ __all__ = [
     "WORKER_SOCKET",
     "FrameError",
     "WorkerError",
+    "WorkerServer",
     "ask_worker",
     "check_private_folder",
     "peer_uid",
@@ -282,3 +284,105 @@ def ask_worker(path: str | Path, message: Message, context: Context) -> RecordDi
                 f"the party worker at {path} closed the connection ({err})"
             ) from err
     return _decode_reply(answer, path)
+
+
+Handler = Callable[[Message, Context], Message]
+
+
+class WorkerServer:
+    """The worker's end: a 0600 Unix socket in a 0700 folder, one request a time.
+
+    Parameters
+    ----------
+    path
+        Socket file to create (its folder must already be 0700).
+    handle
+        ``(message, context) -> reply``; an exception becomes an error answer
+        with the exception's type and text.
+    allowed_uid
+        The only peer uid served (default: this process's uid).
+
+    Attributes
+    ----------
+    refused
+        Connections closed unanswered because of the peer's uid.
+    dropped
+        Connections whose request was malformed or whose socket failed.
+    """
+
+    def __init__(
+        self, path: str | Path, handle: Handler, allowed_uid: int | None = None
+    ) -> None:
+        self.path = Path(path)
+        self.handle = handle
+        self.allowed_uid = os.getuid() if allowed_uid is None else allowed_uid
+        self.refused = 0
+        self.dropped = 0
+        check_private_folder(self.path.parent)
+        if self.path.is_socket():
+            self.path.unlink()  # a stale socket of an earlier worker
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            self._sock.bind(str(self.path))
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        self._sock.listen(8)
+
+    def serve_one(self) -> bool:
+        """Accept one connection and answer it; ``False`` if refused or dropped.
+
+        Nothing a peer sends ends the worker: a malformed request or a
+        socket error is logged in one line, answered with the reason when the
+        peer still listens, and counted in :attr:`dropped`.
+        """
+        conn, _ = self._sock.accept()
+        with conn:
+            conn.settimeout(_IO_TIMEOUT)
+            try:
+                return self._serve(conn)
+            except (FrameError, OSError) as err:
+                self.dropped += 1
+                _LOG.warning("worker socket %s: request dropped: %s", self.path, err)
+                _answer_quietly(conn, _ERR + f"bad request: {err}".encode())
+                return False
+
+    def _serve(self, conn: socket.socket) -> bool:
+        uid = peer_uid(conn)
+        if uid != self.allowed_uid:
+            self.refused += 1
+            _LOG.warning(
+                "worker socket %s: refused a peer of uid %d (serving uid %d)",
+                self.path,
+                uid,
+                self.allowed_uid,
+            )
+            return False
+        message, context = _decode_request(_recv(conn))
+        conn.sendall(self._answer(message, context))
+        return True
+
+    def _answer(self, message: Message, context: Context) -> bytes:
+        """The answer frame: the reply content, or the handler's error."""
+        try:
+            reply = self.handle(message, context)
+            if reply.has_error():
+                raise WorkerError(reply.error.reason)
+            body = serde.recorddict_to_proto(reply.content).SerializeToString()
+            return _frame(_OK, body)
+        except Exception as ex:  # pylint: disable=broad-exception-caught
+            return _frame(_ERR, f"{type(ex).__name__}: {ex}".encode())
+
+    def close(self) -> None:
+        """Close the socket and remove its file."""
+        self._sock.close()
+        self.path.unlink(missing_ok=True)
+
+
+def _answer_quietly(conn: socket.socket, answer: bytes) -> None:
+    """Send an error answer if the peer still listens; ignore it if not."""
+    try:
+        conn.sendall(_frame(answer))
+    except OSError:
+        pass
