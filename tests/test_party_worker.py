@@ -30,6 +30,7 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from tpsl_flwr.engines.virtual_nodes import task_identity
+from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.simulations.client_app import app as forwarding_app
 from tpsl_flwr.simulations.node_app import app as node_app
@@ -241,6 +242,55 @@ def test_after_a_failed_message_a_worker_refuses_the_run_s_next_one():
     # Assert: the context kept the last good version; no fresh or half-updated party
     assert dict(worker.contexts[3].state.config_records[STATE_KEY]) == {"version": 1}
     assert "has none" in str(refused.value)
+
+
+def test_a_worker_refuses_a_run_whose_hello_it_did_not_answer():
+    # Arrange: a worker (re)started in the middle of run 3
+    cfg = ExperimentConfig(dataset="breast-cancer", batch_size=32)
+    worker = PartyWorker(1, 2, cfg.to_run_config())
+    context = Context(
+        3,
+        11,
+        {P.PARTITION_ID: 1, P.NUM_PARTITIONS: 2},
+        RecordDict(),
+        cfg.to_run_config(),
+    )
+    ids, rows = stack_rows([np.arange(8, dtype=np.int64)])
+    step = RecordDict(
+        {
+            P.CONFIG: ConfigRecord({P.BATCH_ROWS: rows}),
+            P.NEW_IDS: ArrayRecord({P.IDS_KEY: to_array(ids)}),
+        }
+    )
+
+    # Act / Assert: no fresh party for the run's next step; a hello starts one
+    with pytest.raises(ProtocolError, match=r"holds no state of run 3.*resume"):
+        worker.handle(_message(step, "train"), context)
+    assert worker.contexts == {}
+    worker.handle(
+        _message(RecordDict({P.CONFIG: ConfigRecord({})}), "query.hello"), context
+    )
+    assert worker.handle(_message(step, "train"), context).content[P.EMBEDDINGS]
+
+
+def test_a_second_worker_on_a_live_socket_is_refused_a_stale_one_replaced(
+    private_dir,
+):
+    # Arrange: a serving worker's socket, and a stale one left by a dead worker
+    path = socket_path(private_dir, 0)
+    serving = WorkerServer(path, _echo)
+    stale_path = socket_path(private_dir, 1)
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(stale_path))
+    stale.close()  # the file stays, nobody listens
+    try:
+        # Act / Assert
+        with pytest.raises(WorkerError, match="already serving"):
+            WorkerServer(path, _echo)
+        assert path.is_socket()
+        WorkerServer(stale_path, _echo).close()
+    finally:
+        serving.close()
 
 
 def test_a_worker_refuses_a_node_of_another_partition():

@@ -20,7 +20,10 @@ not in the SuperNode. The worker calls one ClientApp object for every message,
 so that context says so (``protocol.APP_KEEPS_STATE``, as the in-process
 engine's): the party stays in the app object and the context records only its
 version, instead of an encoded copy of the whole state after every message
-(~41 MB for a Criteo node). A failed message leaves the context as it was and
+(~41 MB for a Criteo node). A run's first message at a worker must be its
+hello: a worker restarted in the middle of a run refuses the run's next
+message (the run stops, to be resumed from its checkpoints) rather than
+continue from a freshly built party. A failed message leaves the context as it was and
 drops the app object's party, so the run's next message fails too, never
 meeting a half-updated party. A run
 whose run config differs from the one given at start gets a freshly built
@@ -121,7 +124,7 @@ class PartyWorker:
             return ready[1]
         return self._node_app.builtin_party(context)
 
-    def _context(self, context: Context) -> Context:
+    def _context(self, context: Context, hello: bool) -> Context:
         node = context.node_config
         got = (
             P.as_int(node.get(P.PARTITION_ID, -1), "partition-id"),
@@ -134,6 +137,13 @@ class PartyWorker:
                 f"partition {got[0]} of {got[1]}"
             )
         kept = self.contexts.get(context.run_id)
+        if kept is None and not hello:
+            raise ProtocolError(
+                f"this worker holds no state of run {context.run_id}: it did not "
+                "answer the run's hello (it was restarted since, or another worker "
+                "did); resume the run (resume = true), whose hello loads the last "
+                "checkpoint"
+            )
         if kept is None:
             kept = Context(
                 context.run_id,
@@ -153,7 +163,7 @@ class PartyWorker:
         from tpsl_flwr.engines.virtual_nodes import task_identity
 
         received = time.time()
-        kept = self._context(context)
+        kept = self._context(context, message.metadata.message_type == P.MSG_HELLO)
         trial = copy_context(kept)
         try:
             with task_identity(context.run_id, context.node_id, 0):

@@ -295,7 +295,9 @@ class WorkerServer:
     Parameters
     ----------
     path
-        Socket file to create (its folder must already be 0700).
+        Socket file to create (its folder must already be 0700). A stale
+        socket file there is replaced; one a process still accepts
+        connections on is refused (``WorkerError``).
     handle
         ``(message, context) -> reply``; an exception becomes an error answer
         with the exception's type and text.
@@ -320,6 +322,7 @@ class WorkerServer:
         self.dropped = 0
         check_private_folder(self.path.parent)
         if self.path.is_socket():
+            _refuse_a_live_socket(self.path)
             self.path.unlink()  # a stale socket of an earlier worker
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
@@ -378,6 +381,23 @@ class WorkerServer:
         """Close the socket and remove its file."""
         self._sock.close()
         self.path.unlink(missing_ok=True)
+
+
+def _refuse_a_live_socket(path: Path) -> None:
+    """Raise ``WorkerError`` if a process still accepts connections at ``path``.
+
+    Taking over its socket would leave that worker running with no traffic
+    and send its party's next messages to a worker without the party's state.
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return  # nobody listens: a stale socket file
+    raise WorkerError(
+        f"a party worker is already serving {path}; stop it first, or give this "
+        "one another --socket-dir"
+    )
 
 
 def _answer_quietly(conn: socket.socket, answer: bytes) -> None:
