@@ -204,8 +204,8 @@ def test_the_worker_answers_as_the_node_app_does(private_dir):
     assert len(worker.contexts[3].state.array_records) == 0
 
 
-def test_after_a_failed_message_a_worker_refuses_the_run_s_next_one():
-    # Arrange: a node that answered a hello and a step
+def _worker_run_and_step() -> tuple[PartyWorker, Context, np.ndarray, RecordDict]:
+    """A worker of partition 1, run 3's context, and a step's ids and content."""
     cfg = ExperimentConfig(dataset="breast-cancer", batch_size=32)
     worker = PartyWorker(1, 2, cfg.to_run_config())
     context = Context(
@@ -222,6 +222,12 @@ def test_after_a_failed_message_a_worker_refuses_the_run_s_next_one():
             P.NEW_IDS: ArrayRecord({P.IDS_KEY: to_array(ids)}),
         }
     )
+    return worker, context, ids, step
+
+
+def test_after_a_failed_message_a_worker_refuses_the_run_s_next_one():
+    # Arrange: a node that answered a hello and a step
+    worker, context, ids, step = _worker_run_and_step()
     worker.handle(
         _message(RecordDict({P.CONFIG: ConfigRecord({})}), "query.hello"), context
     )
@@ -246,22 +252,7 @@ def test_after_a_failed_message_a_worker_refuses_the_run_s_next_one():
 
 def test_a_worker_refuses_a_run_whose_hello_it_did_not_answer():
     # Arrange: a worker (re)started in the middle of run 3
-    cfg = ExperimentConfig(dataset="breast-cancer", batch_size=32)
-    worker = PartyWorker(1, 2, cfg.to_run_config())
-    context = Context(
-        3,
-        11,
-        {P.PARTITION_ID: 1, P.NUM_PARTITIONS: 2},
-        RecordDict(),
-        cfg.to_run_config(),
-    )
-    ids, rows = stack_rows([np.arange(8, dtype=np.int64)])
-    step = RecordDict(
-        {
-            P.CONFIG: ConfigRecord({P.BATCH_ROWS: rows}),
-            P.NEW_IDS: ArrayRecord({P.IDS_KEY: to_array(ids)}),
-        }
-    )
+    worker, context, _ids, step = _worker_run_and_step()
 
     # Act / Assert: no fresh party for the run's next step; a hello starts one
     with pytest.raises(ProtocolError, match=r"holds no state of run 3.*resume"):

@@ -23,11 +23,11 @@ version, instead of an encoded copy of the whole state after every message
 (~41 MB for a Criteo node). A run's first message at a worker must be its
 hello: a worker restarted in the middle of a run refuses the run's next
 message (the run stops, to be resumed from its checkpoints) rather than
-continue from a freshly built party. A failed message leaves the context as it was and
-drops the app object's party, so the run's next message fails too, never
-meeting a half-updated party. A run
-whose run config differs from the one given at start gets a freshly built
-party, as a ClientApp process would. Every message is logged with the times
+continue from a freshly built party. A failed message leaves the context as
+it was and drops the app object's party, so the run's next message fails too,
+never meeting a half-updated party. A run whose run config differs from the
+one given at start gets a freshly built party, as a ClientApp process would.
+Every message is logged with the times
 it was received and answered (``worker <partition> <type> recv <t> sent <t>``,
 ``time.time()`` seconds).
 """
