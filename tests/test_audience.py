@@ -13,7 +13,7 @@ from tpsl_flwr.experiments.audience import (
     PUBLIC_RUN_COLUMNS,
     PUBLIC_SUMMARY,
     allowed,
-    is_rehearsal,
+    is_seeded_key,
     private_folder,
     public_summary,
 )
@@ -174,7 +174,7 @@ def test_public_summary_keeps_what_may_be_shared():
         "fingerprint": "ab12cd34",
         "note": "seeded",
     }
-    assert summary["rehearsal"] is True and "rehearsal_note" in summary
+    assert summary["seeded_key"] is True and "seeded_key_note" in summary
     assert summary["data_info"]["rows"] == 569
     assert summary["num_classes"] == 2 and summary["train_rows"] == 456
     assert summary["config"] == {"dataset": "breast-cancer", "epochs": 1, "seed": 0}
@@ -219,7 +219,7 @@ def test_a_new_field_stays_private_until_allowed():
     # Assert
     assert str(SECRET) not in json.dumps(summary)
     assert "new_statistic" not in summary and "label_counts" not in json.dumps(summary)
-    assert summary["rehearsal"] is False and "rehearsal_note" not in summary
+    assert summary["seeded_key"] is False and "seeded_key_note" not in summary
 
 
 def test_allow_list_drops_values_of_unexpected_shape():
@@ -238,8 +238,8 @@ def test_allow_list_drops_values_of_unexpected_shape():
         ({}, None),
     ],
 )
-def test_rehearsal_is_a_seeded_key(key, expected):
-    assert is_rehearsal({"noise_key": key} if key else {}) is expected
+def test_seeded_key_is_read_from_the_key(key, expected):
+    assert is_seeded_key({"noise_key": key} if key else {}) is expected
 
 
 def test_run_writes_private_results_and_a_public_summary(tmp_path):
@@ -264,7 +264,7 @@ def test_run_writes_private_results_and_a_public_summary(tmp_path):
     assert _mode(out / PUBLIC_SUMMARY) == PUBLIC_MODE
     # The summary says where the key came from, and no label statistic.
     summary = json.loads((out / PUBLIC_SUMMARY).read_text())
-    assert summary["noise_key"]["origin"] == "seed" and summary["rehearsal"] is True
+    assert summary["noise_key"]["origin"] == "seed" and summary["seeded_key"] is True
     assert summary["noise_key"]["fingerprint"] == results["noise_key"]["fingerprint"]
     assert summary["epsilon_spent"] == results["epsilon_spent"]
     assert "train_positive_rate" in results["data_info"]
@@ -309,7 +309,7 @@ def test_sweep_csvs_split_by_audience(tmp_path):
     # Prepare
     row: dict[str, Any] = dict.fromkeys(CSV_COLUMNS, SECRET)
     row |= {"run": "a", "mechanism": "laplace", "key_origin": "seed"}
-    row["rehearsal"] = True
+    row["seeded_key"] = True
 
     # Execute
     write_csv([row], tmp_path / "runs.csv")
@@ -321,4 +321,4 @@ def test_sweep_csvs_split_by_audience(tmp_path):
     header, line = public.read_text().splitlines()
     assert header.split(",") == [c for c in CSV_COLUMNS if c in PUBLIC_RUN_COLUMNS]
     assert "test_auc" not in header and "sda" not in header.split(",")
-    assert "seed,True" in line  # key_origin, rehearsal
+    assert "seed,True" in line  # key_origin, seeded_key

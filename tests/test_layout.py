@@ -80,10 +80,10 @@ def test_the_core_never_imports_a_flower_facing_package():
     assert not offenders, offenders
 
 
-def test_no_module_is_much_over_400_lines():
+def test_no_module_is_over_600_lines():
     too_long = {
         str(path.relative_to(PACKAGE)): n
         for path in PACKAGE.rglob("*.py")
-        if (n := len(path.read_text(encoding="utf-8").splitlines())) > 420
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > 600
     }
     assert not too_long, too_long

@@ -231,11 +231,13 @@ def _criteo(out, path, **fields):
 def test_overwrite_of_a_real_file_run_is_a_second_release(tmp_path, criteo_file):
     """Item 2: ``--overwrite`` drew a second key and reported eps 1 again."""
     out = tmp_path / "run"
-    first = run_experiment(_criteo(out, criteo_file), overwrite=True)
-    assert first["epsilon_total"] == 1.0
+    first = run_experiment(_criteo(out, criteo_file, release=True), overwrite=True)
+    assert first["epsilon_total"] == 1.0 and first["run_kind"] == "release"
     with pytest.raises(PrivacyError, match="further release"):
-        run_experiment(_criteo(out, criteo_file), overwrite=True)
-    second = run_experiment(_criteo(out, criteo_file, new_release=True), overwrite=True)
+        run_experiment(_criteo(out, criteo_file, release=True), overwrite=True)
+    second = run_experiment(
+        _criteo(out, criteo_file, new_release=True, release=True), overwrite=True
+    )
     assert second["epsilon_spent"] == 1.0 and second["epsilon_total"] == 2.0
     assert second["ledger"]["earlier_releases"] == 1
     assert any("released 1 time(s) before" in n for n in second["privacy"]["notes"])
@@ -293,9 +295,11 @@ def test_a_sweep_over_a_files_labels_is_one_acknowledged_decision(
     )
     sweep = load_sweep(config)
     with pytest.raises(ConfigError, match="pass --new-release"):
-        run_sweep(sweep, tmp_path / "out", progress=False)
+        run_sweep(sweep, tmp_path / "out", progress=False, release=True)
     assert not (tmp_path / "out" / "runs").exists()
-    done = run_sweep(sweep, tmp_path / "out", progress=False, new_release=True)
+    done = run_sweep(
+        sweep, tmp_path / "out", progress=False, new_release=True, release=True
+    )
     totals = sorted(
         json.loads((tmp_path / "out" / "runs" / name / "results.json").read_text())[
             "epsilon_total"

@@ -63,22 +63,24 @@ def test_tiny_grid_writes_csv_tables_and_plots_then_resumes(tmp_path, capsys):
     laplace = [r for r in rows if r["mechanism"] == "laplace"]
     assert {float(r["epsilon"]) for r in laplace} == {1.0, 4.0}
     assert all(float(r["epsilon_spent"]) == float(r["epsilon"]) for r in laplace)
-    # noise-seed = 0: every key is seeded, every run a rehearsal.
-    assert {(r["key_origin"], r["rehearsal"]) for r in rows} == {("seed", "True")}
+    # noise-seed = 0: every key is seeded; in-process runs are rehearsals.
+    assert {(r["key_origin"], r["seeded_key"], r["run_kind"]) for r in rows} == {
+        ("seed", "True", "rehearsal")
+    }
     tables = (out / "tables.md").read_text()
     assert "Table 1: no protection" in tables
     assert "Table 2: Laplace" in tables and "Table 3: Discrete" in tables
     assert " ± " in tables
     assert "Noise keys: 10 of 10 runs used a seeded key" in tables
     assert "utility, not protection" in tables
-    assert "| SDA vs ceiling | key |" in tables and "| seed (rehearsal) |" in tables
+    assert "| SDA vs ceiling | key |" in tables and "| seed (not secure) |" in tables
     # Clean-label statistics are the label party's; runs-public.csv is not.
     assert oct(out.stat().st_mode & 0o777) == oct(0o700)
     for name in ("runs.csv", "tables.md", "fig5_utility_vs_epsilon.png"):
         assert oct((out / name).stat().st_mode & 0o777) == oct(0o600), name
     public = (out / "runs-public.csv").read_text()
     assert oct((out / "runs-public.csv").stat().st_mode & 0o777) == oct(0o644)
-    assert "key_origin,rehearsal" in public and "test_auc" not in public
+    assert "key_origin,seeded_key,run_kind" in public and "test_auc" not in public
     for png in ("fig5_utility_vs_epsilon.png", "fig5_utility_vs_sda.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     assert (out / "runs" / "breast-cancer_laplace_eps1_seed0" / "results.json").exists()

@@ -22,3 +22,11 @@ class ProtocolError(TPSLError):
 
 class PrivacyError(TPSLError):
     """Protection is configured but cannot be applied: fail closed."""
+
+
+class ReleaseRefused(PrivacyError):
+    """The privacy ledger refused a release before anything was sent or written.
+
+    Entry points leave the run's folder as they found it on this error
+    (:func:`~tpsl_flwr.experiments.run_folder.run_in_folder`).
+    """

@@ -13,13 +13,18 @@ afresh derives a new key from the key it is given (a fresh OS key, or one left
 by ``keygen`` or a seed) and its binding, so two runs at different settings
 never share noise words, seeded ones included (:meth:`NoiseKey.derive`).
 
-Every fresh run is a release of its labels, recorded in the label party's
+Every fresh run is recorded in the label party's
 :class:`~tpsl_flwr.ledger.PrivacyLedger` before the key is returned (so before
-any gradient can leave). A run over labels that already have a release with
-another key is refused unless the label party acknowledges a further release
-(``new_release=True``, or :meth:`LabelStore.acknowledge_new_release`, which the
-CLI's ``--new-release`` calls); rehearsal data whose labels are public
-(``public_labels=True``) is recorded and never refused.
+any gradient can leave), as a *release* (its transcript reaches processes the
+label party did not start: counted and guarded) or a *rehearsal* (the label
+party started every node: recorded, never refused, not counted). A release
+over labels that already have a counted release with another key is refused
+unless the label party acknowledges a further release (``new_release=True``,
+or :meth:`LabelStore.acknowledge_new_release`, which the CLI's
+``--new-release`` calls); an unprotected release needs its own flag
+(``unprotected_release=True``, ``--unprotected-release``); rehearsal data
+whose labels are public (``public_labels=True``) is recorded and never
+refused. Nothing is written in the folder before the ledger admits the run.
 
 Layout of the folder (``0700``; every file ``0600``, see
 :mod:`tpsl_flwr.private_files`):
@@ -28,8 +33,13 @@ Layout of the folder (``0700``; every file ``0600``, see
   seeded, and its binding once a run has used it. JSON, so loading it runs no
   code. A key written by :meth:`LabelStore.provide_key` (``tpsl-flwr keygen``,
   ``simulate --noise-seed``) is unbound until the next fresh run takes it.
-* ``new-release.json``: a label party's acknowledgement that the next fresh
-  run is a further release (and its optional budget), consumed by that run.
+* ``new-release.json``: the label party's decisions for the next fresh run:
+  a further release acknowledged, an optional budget, an unprotected release
+  allowed, or the run counted as a release whatever its engine; consumed by
+  that run.
+* ``rehearsal.json``: left for a moment by a launcher that started every node
+  of the next run itself (the local deployment engine): that run is a
+  rehearsal (:meth:`LabelStore.mark_rehearsal`); taken by that run.
 * ``checkpoint.pt``: the last finished epoch, the party's tensors and the
   history (as JSON text), read with ``torch.load(weights_only=True)``.
 """
@@ -50,11 +60,16 @@ import torch
 
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.label_set import LabelSet, label_digest
-from tpsl_flwr.ledger import PrivacyLedger
+from tpsl_flwr.ledger import REHEARSAL, RELEASE, LedgerEntry, PrivacyLedger
 from tpsl_flwr.noise_binding import NOT_NOISE, LabelRecords, NoiseBinding
 from tpsl_flwr.privacy.accounting import PrivacySpent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
-from tpsl_flwr.private_files import make_private_dir, read_private, write_private
+from tpsl_flwr.private_files import (
+    check_private,
+    make_private_dir,
+    read_private,
+    write_private,
+)
 from tpsl_flwr.release_record import (
     LedgerView,
     admit_release,
@@ -69,6 +84,11 @@ CHECKPOINT_FILE = "checkpoint.pt"
 ACK_FILE = "new-release.json"
 ACK_LIFETIME_S = 24 * 3600.0
 """An acknowledgement older than this (or from the future) is dropped unused."""
+REHEARSAL_FILE = "rehearsal.json"
+REHEARSAL_LIFETIME_S = 600.0
+"""A rehearsal mark older than this is no launcher's of the run now starting."""
+DECISION_FILES = (KEY_FILE, ACK_FILE, REHEARSAL_FILE)
+"""What the label party's folder may hold before its first run (an unbound key)."""
 KEY_FORMAT = "tpsl-flwr noise key 2"
 ORIGINS = ("os", "seed")
 
@@ -93,6 +113,18 @@ class Release:
     ledger
         What the privacy ledger says of this release (None for a release
         built by hand, which no ledger records).
+    binding
+        Everything that fixes its noise; whatever trains under the release
+        states the same (:func:`~tpsl_flwr.noise_binding.check_bound`).
+    privacy
+        What it was recorded to spend (epochs, placement, reuse): a strategy
+        that would spend more is refused before its first step.
+    resumed
+        Whether it continues an earlier run (whose gradients may have left).
+    entry
+        The ledger line written for it (what :meth:`LabelStore.void` voids).
+    label_set
+        The identity of its labels in the ledger.
     """
 
     key: NoiseKey
@@ -101,6 +133,16 @@ class Release:
     history: list[dict[str, Any]] = field(default_factory=list)
     party_state: dict[str, Any] | None = None
     ledger: LedgerView | None = None
+    binding: NoiseBinding | None = None
+    privacy: PrivacySpent | None = None
+    resumed: bool = False
+    entry: LedgerEntry | None = field(default=None, repr=False)
+    label_set: LabelSet | None = field(default=None, repr=False)
+
+    @property
+    def kind(self) -> str:
+        """``"release"`` or ``"rehearsal"`` (:mod:`tpsl_flwr.ledger`)."""
+        return RELEASE if self.entry is None else self.entry.kind
 
 
 class LabelStore:
@@ -145,7 +187,12 @@ class LabelStore:
         self._write_key(key, origin, None)
 
     def acknowledge_new_release(
-        self, budget: float | None = None, *, new_release: bool = True
+        self,
+        budget: float | None = None,
+        *,
+        new_release: bool = True,
+        unprotected: bool = False,
+        release: bool = False,
     ) -> Path:
         """Acknowledge that the next fresh run here is a further release.
 
@@ -161,16 +208,70 @@ class LabelStore:
             Optional cap on the label set's total pure epsilon: the run is
             refused if its release would take the total above it.
         new_release
-            ``False`` leaves only the budget (no acknowledgement).
+            ``False`` leaves only the other decisions (no acknowledgement).
+        unprotected
+            An unprotected release (``mechanism = none`` reaching nodes the
+            label party did not start) is intended.
+        release
+            Count the next run as a release whatever its engine (its nodes'
+            outputs will be shared, say).
         """
         if budget is not None and not (budget > 0 and math.isfinite(budget)):
             raise ConfigError(f"budget must be > 0 and finite, got {budget}")
         record = {
             "new_release": bool(new_release),
             "budget": budget,
+            "unprotected": bool(unprotected),
+            "release": bool(release),
             "written": time.time(),
         }
         return write_private(self.folder / ACK_FILE, json.dumps(record).encode())
+
+    def mark_rehearsal(self) -> Path:
+        """Say that the next run here is a rehearsal: its launcher starts every node.
+
+        Taken by that run; stale after :data:`REHEARSAL_LIFETIME_S`. Only the
+        label party writes its folder, so no node can mark a release as a
+        rehearsal.
+        """
+        record = {"written": time.time()}
+        return write_private(self.folder / REHEARSAL_FILE, json.dumps(record).encode())
+
+    def clear_rehearsal_mark(self) -> None:
+        """Remove a rehearsal mark the run did not take (a launcher's finally)."""
+        (self.folder / REHEARSAL_FILE).unlink(missing_ok=True)
+
+    def take_rehearsal_mark(self) -> bool:
+        """Whether a fresh rehearsal mark was here; it is removed either way."""
+        path = self.folder / REHEARSAL_FILE
+        if not path.exists():
+            return False
+        try:
+            written = float(json.loads(read_private(path))["written"])
+        except (ValueError, KeyError, TypeError) as err:
+            raise PrivacyError(f"{path} is not a rehearsal mark: {err}") from None
+        finally:
+            path.unlink(missing_ok=True)
+        return 0 <= time.time() - written <= REHEARSAL_LIFETIME_S
+
+    def counts_as_release(self) -> bool:
+        """Whether the label party asked that the next run count as a release."""
+        return self._read_decisions()["release"]
+
+    def void(self, release: Release) -> None:
+        """Mark a fresh release void: its run failed before a gradient left.
+
+        Refused for a resumed release, whose earlier run may have sent
+        gradients (its line stays counted).
+        """
+        if release.resumed or release.entry is None or release.label_set is None:
+            raise PrivacyError(
+                "only a fresh release that sent nothing can be voided; this one "
+                f"(key {release.key.fingerprint}) stays in the ledger"
+            )
+        PrivacyLedger(release.ledger.folder if release.ledger else None).void(
+            release.label_set, release.entry
+        )
 
     def open_release(
         self,
@@ -184,6 +285,9 @@ class LabelStore:
         budget: float | None = None,
         ledger: PrivacyLedger | None = None,
         run_name: str = "",
+        rehearsal: bool = False,
+        unprotected_release: bool = False,
+        dry_run: bool = False,
     ) -> Release:
         """The key (and saved state) a run with ``binding`` may use.
 
@@ -217,6 +321,16 @@ class LabelStore:
             default folder when None).
         run_name
             Recorded with the release, for people reading the ledger.
+        rehearsal
+            The label party started every node of this run itself (no
+            transcript reaches anyone else): recorded, never refused, not
+            counted. A label party's request to count the run
+            (:meth:`acknowledge_new_release` with ``release=True``) wins.
+        unprotected_release
+            Allow an unprotected release (as ``--unprotected-release``).
+        dry_run
+            Decide only: raise what a run would raise, write nothing, use up
+            no decision (the CLI's check before it touches a run folder).
 
         Raises
         ------
@@ -226,13 +340,17 @@ class LabelStore:
             key without acknowledgement; over the budget; if a file is not
             private.
         """
-        make_private_dir(self.folder)
+        if self.folder.exists():
+            check_private(self.folder)
         book = ledger if ledger is not None else PrivacyLedger()
         label_set = book.label_set(labels.ids, labels.labels, public=public_labels)
+        decisions = self._read_decisions()
+        kind = REHEARSAL if rehearsal and not decisions["release"] else RELEASE
         if resume:
-            return self._resume(binding, labels, privacy, book, label_set, run_name)
-        ack_budget, acknowledged = self._read_ack()
-        acknowledged = acknowledged or new_release
+            return self._resume(
+                binding, labels, privacy, book, label_set, run_name, kind, dry_run
+            )
+        acknowledged = decisions["new_release"] or new_release
         saved = self._read_key() if self.key_path.exists() else None
         if saved is not None and saved[2] is None:
             root, origin = saved[0], saved[1]
@@ -240,23 +358,38 @@ class LabelStore:
             root, origin = NoiseKey.from_os(), "os"
         check = label_digest(root.key, labels.ids, labels.labels)
         key = root.derive(binding.context(check))
+        entry = ledger_entry(
+            key, origin, binding, privacy, run_name, acknowledged, kind=kind
+        )
         try:
             view = admit_release(
                 book,
                 label_set,
-                ledger_entry(key, origin, binding, privacy, run_name, acknowledged),
+                entry,
                 acknowledged=acknowledged,
-                budget=budget if budget is not None else ack_budget,
+                budget=budget if budget is not None else decisions["budget"],
+                unprotected=unprotected_release or decisions["unprotected"],
+                write=not dry_run,
             )
-        except PrivacyError:
-            # An acknowledgement is for one run: a refused run uses it up too,
-            # so that it cannot admit some later run by surprise.
-            (self.folder / ACK_FILE).unlink(missing_ok=True)
-            raise
+        finally:
+            # The decisions are for one run: a refused run uses them up too,
+            # so that they cannot admit some later run by surprise.
+            if not dry_run:
+                (self.folder / ACK_FILE).unlink(missing_ok=True)
+        if dry_run:
+            return Release(key, origin, ledger=view, binding=binding, privacy=privacy)
+        make_private_dir(self.folder)
         self.checkpoint_path.unlink(missing_ok=True)
         self._write_key(key, origin, binding, self._label_check(key, labels))
-        (self.folder / ACK_FILE).unlink(missing_ok=True)
-        return Release(key, origin, ledger=view)
+        return Release(
+            key.bound_to(binding.settings),
+            origin,
+            ledger=view,
+            binding=binding,
+            privacy=privacy,
+            entry=entry,
+            label_set=label_set,
+        )
 
     def _resume(
         self,
@@ -266,6 +399,8 @@ class LabelStore:
         book: PrivacyLedger,
         label_set: LabelSet,
         run_name: str,
+        kind: str,
+        dry_run: bool = False,
     ) -> Release:
         if not self.key_path.exists():
             raise PrivacyError(
@@ -296,19 +431,37 @@ class LabelStore:
                 + ", ".join(changed)
                 + why
             )
-        view = continue_release(
-            book,
-            label_set,
-            ledger_entry(key, origin, binding, privacy, run_name, True),
-            budget=self._read_ack()[0],
+        decisions = self._read_decisions()
+        entry = ledger_entry(key, origin, binding, privacy, run_name, True, kind=kind)
+        try:
+            view = continue_release(
+                book,
+                label_set,
+                entry,
+                budget=decisions["budget"],
+                acknowledged=decisions["new_release"],
+                unprotected=decisions["unprotected"],
+                write=not dry_run,
+            )
+        finally:
+            # The decisions are for one run; a resume uses them up too, so
+            # that they cannot apply to some later fresh run by surprise.
+            if not dry_run:
+                (self.folder / ACK_FILE).unlink(missing_ok=True)
+        resumed: dict[str, Any] = dict(
+            key=key.bound_to(binding.settings),
+            origin=origin,
+            ledger=view,
+            binding=binding,
+            privacy=privacy,
+            resumed=True,
+            entry=entry,
+            label_set=label_set,
         )
-        # A further-release acknowledgement means nothing to a resume: drop it,
-        # so that it cannot apply to some later fresh run by surprise.
-        (self.folder / ACK_FILE).unlink(missing_ok=True)
         if not self.checkpoint_path.exists():
             # Stopped before its first checkpoint: gradients may have left
             # under this key, so the same release goes on from epoch 0.
-            return Release(key, origin, ledger=view)
+            return Release(**resumed)
         state = torch.load(
             io.BytesIO(read_private(self.checkpoint_path)), weights_only=True
         )
@@ -318,22 +471,23 @@ class LabelStore:
                 f"({state.get('key_fingerprint')}, key file {key.fingerprint})"
             )
         return Release(
-            key,
-            origin,
             start_epoch=int(state["epoch"]) + 1,
             history=list(json.loads(state["history"])),
             party_state=state["party"],
-            ledger=view,
+            **resumed,
         )
 
     @staticmethod
     def _label_check(key: NoiseKey, labels: LabelRecords) -> str:
         return label_digest(key.key, labels.ids, labels.labels).hex()[:32]
 
-    def _read_ack(self) -> tuple[float | None, bool]:
+    def _read_decisions(self) -> dict[str, Any]:
+        """The label party's decisions for this run (see acknowledge_new_release)."""
+        none = {"budget": None, "new_release": False, "unprotected": False}
+        none |= {"release": False}
         path = self.folder / ACK_FILE
         if not path.exists():
-            return None, False
+            return none
         try:
             record = json.loads(read_private(path))
             budget = record.get("budget")
@@ -342,8 +496,13 @@ class LabelStore:
             if not 0 <= time.time() - float(record["written"]) <= ACK_LIFETIME_S:
                 # A decision left for a run that never came: not this run's.
                 path.unlink()
-                return None, False
-            return budget, bool(record["new_release"])
+                return none
+            return {
+                "budget": budget,
+                "new_release": bool(record["new_release"]),
+                "unprotected": bool(record.get("unprotected", False)),
+                "release": bool(record.get("release", False)),
+            }
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise PrivacyError(f"{path} is not an acknowledgement: {err}") from None
 

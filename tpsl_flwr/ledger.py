@@ -24,6 +24,21 @@ It holds
 A release is written *before the first gradient leaves*
 (:meth:`~tpsl_flwr.label_store.LabelStore.open_release` calls
 :meth:`PrivacyLedger.record` before it returns the key).
+
+Each line has a *kind* (:data:`KINDS`). A ``release`` is a run whose
+transcript reaches processes the label party did not start: it counts in the
+total and is guarded. A ``rehearsal`` is a run whose every node the label
+party started itself (the in-process, Ray and local-deployment engines): no
+transcript leaves its trust domain, so it is recorded with what it would
+spend, never refused and kept out of the total. A ``void`` line marks an
+earlier release of the same key that failed before its first gradient left:
+nothing was sent, so it no longer counts (a later line of that key, a
+resume, counts again).
+
+The folder cannot be reset by accident: a missing ``secret.key`` is never
+re-created while ``*.jsonl`` files exist (a new secret would fingerprint the
+same labels as a new set), and the folder is refused under a parent that
+other users may write to (:func:`~tpsl_flwr.private_files.check_private_parents`).
 """
 
 from __future__ import annotations
@@ -43,18 +58,21 @@ from typing import Any
 from tpsl_flwr.errors import PrivacyError
 from tpsl_flwr.label_set import LabelSet
 from tpsl_flwr.private_files import (
+    check_private_parents,
     make_private_dir,
     read_private,
     write_private,
 )
 
 __all__ = [
+    "KINDS",
     "LEDGER_ENV",
     "LedgerEntry",
     "LedgerTotal",
     "PrivacyLedger",
     "compose",
     "compose_latest",
+    "counted",
     "default_ledger_dir",
 ]
 
@@ -64,6 +82,9 @@ LOCK_FILE = ".lock"
 FORMAT = "tpsl-flwr ledger 1"
 DELTA = 1e-5
 """The delta at which the composed ``(eps, delta)`` total is stated."""
+RELEASE, REHEARSAL, VOID = "release", "rehearsal", "void"
+KINDS = (RELEASE, REHEARSAL, VOID)
+"""What a ledger line records (see the module doc)."""
 
 
 def default_ledger_dir() -> Path:
@@ -113,6 +134,9 @@ class LedgerEntry:
         When it was written (UTC, ISO 8601).
     acknowledged
         Whether the label party acknowledged it as a further release.
+    kind
+        ``"release"`` (counted), ``"rehearsal"`` (recorded, not counted) or
+        ``"void"`` (the key's release failed before its first gradient left).
     """
 
     key_fingerprint: str
@@ -129,6 +153,13 @@ class LedgerEntry:
     run: str = ""
     time: str = ""
     acknowledged: bool = False
+    kind: str = RELEASE
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(
+                f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``inf`` as the string ``"inf"``)."""
@@ -140,7 +171,10 @@ class LedgerEntry:
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> LedgerEntry:
         """Inverse of :meth:`to_dict`."""
-        values = {name: record[name] for name in cls.__dataclass_fields__}
+        values = {
+            name: record[name] if name != "kind" else record.get(name, RELEASE)
+            for name in cls.__dataclass_fields__
+        }
         if values["epsilon"] == "inf":
             values["epsilon"] = math.inf
         return cls(**values)
@@ -205,6 +239,16 @@ class PrivacyLedger:
         path = self.folder / SECRET_FILE
         with self._locked():
             if not path.exists():
+                recorded = sorted(p.name for p in self.folder.glob("*.jsonl"))
+                if recorded:
+                    raise PrivacyError(
+                        f"{path} is missing but the ledger holds {len(recorded)} "
+                        f"label set file(s) ({recorded[0]}, ...): a new secret "
+                        "would fingerprint the same labels as new sets and start "
+                        "their totals afresh. Restore secret.key from the backup "
+                        "the ledger came from (copy the whole folder, secret "
+                        "included)"
+                    )
                 write_private(path, secrets.token_bytes(32))
             raw = read_private(path)
         if len(raw) != 32:
@@ -246,22 +290,37 @@ class PrivacyLedger:
         """Append ``entry`` to the set's file, atomically; return the file."""
         return self.admit(label_set, entry, lambda earlier: None)
 
+    def void(self, label_set: LabelSet, entry: LedgerEntry) -> Path:
+        """Mark ``entry``'s release void: its run failed before a gradient left.
+
+        Appended like every line (the release line stays): the key no longer
+        counts in the set's total, unless a later line of it (a resume) does.
+        """
+        return self.record(
+            label_set, LedgerEntry(**{**asdict(entry), "kind": VOID, "time": ""})
+        )
+
     def admit(
         self,
         label_set: LabelSet,
         entry: LedgerEntry,
         decide: Callable[[list[LedgerEntry]], None],
+        *,
+        write: bool = True,
     ) -> Path:
         """Append ``entry`` if ``decide(earlier entries)`` does not raise.
 
         The check and the append happen under one lock, so two runs started
         at once over the same labels cannot both see "no earlier release".
+        ``write=False`` only decides (a run's check before it starts).
         """
         make_private_dir(self.folder)
         path = self.folder / f"{label_set.fingerprint}.jsonl"
         stamped = entry if entry.time else _stamp(entry)
         with self._locked():
             decide(self.entries(label_set))
+            if not write:
+                return path
             old = read_private(path) if path.exists() else b""
             if not old:
                 header = {"format": FORMAT, "label_set": label_set.to_dict()}
@@ -273,6 +332,7 @@ class PrivacyLedger:
     # -------------------------------------------------------------- private
     @contextmanager
     def _locked(self) -> Iterator[None]:
+        check_private_parents(self.folder)
         make_private_dir(self.folder)
         fd = os.open(self.folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -322,14 +382,36 @@ def _larger(old: LedgerEntry | None, new: LedgerEntry) -> LedgerEntry:
     return new if new.releases >= old.releases else old
 
 
-def compose_latest(entries: list[LedgerEntry]) -> LedgerTotal:
-    """:func:`compose` over distinct keys, each at its largest recorded spend."""
+def counted(entries: list[LedgerEntry]) -> list[LedgerEntry]:
+    """The releases that count, one per key at its largest recorded spend.
+
+    Rehearsals never count; a key whose last line is ``void`` does not
+    either. ``entries`` in the order they were written.
+
+    Examples
+    --------
+    >>> def line(key, kind="release", releases=1):
+    ...     return LedgerEntry(key, "laplace", "epsilon", 1.0, 2, "logits", True,
+    ...                        1, releases, 1.0, "os", kind=kind)
+    >>> [e.key_fingerprint for e in counted([line("a"), line("b", "rehearsal"),
+    ...     line("c"), line("c", "void")])]
+    ['a']
+    """
     latest: dict[str, LedgerEntry] = {}
+    void: set[str] = set()
     for entry in entries:
-        latest[entry.key_fingerprint] = _larger(
-            latest.get(entry.key_fingerprint), entry
-        )
-    return compose(list(latest.values()))
+        fingerprint = entry.key_fingerprint
+        if entry.kind == VOID:
+            void.add(fingerprint)
+        elif entry.kind == RELEASE:
+            void.discard(fingerprint)
+            latest[fingerprint] = _larger(latest.get(fingerprint), entry)
+    return [e for key, e in latest.items() if key not in void]
+
+
+def compose_latest(entries: list[LedgerEntry]) -> LedgerTotal:
+    """:func:`compose` over the releases that count (:func:`counted`)."""
+    return compose(counted(entries))
 
 
 def compose(entries: list[LedgerEntry], delta: float = DELTA) -> LedgerTotal:

@@ -17,9 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from tpsl_flwr.errors import PrivacyError
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import Mechanism
 
-__all__ = ["NOT_NOISE", "LabelRecords", "NoiseBinding"]
+__all__ = ["NOT_NOISE", "LabelRecords", "NoiseBinding", "check_bound"]
 
 NOT_NOISE = frozenset({"validation-fraction"})
 """Bound settings that a resume must keep but that fix no noise word.
@@ -92,6 +94,18 @@ class NoiseBinding:
             if old.get(name) != new.get(name)
         ]
 
+    def mismatches(self, other: NoiseBinding) -> list[str]:
+        """:meth:`changes` over the settings ``other`` states (``other``'s subset).
+
+        Examples
+        --------
+        >>> NoiseBinding({"epsilon": 1.0, "rows": 9}).mismatches(
+        ...     NoiseBinding({"epsilon": 4.0}))
+        ['epsilon (1.0 -> 4.0)']
+        """
+        mine = NoiseBinding({k: self.settings.get(k) for k in other.settings})
+        return mine.changes(other)
+
     def context(self, label_check: bytes) -> bytes:
         """The bytes a release key is derived from: the settings and the labels.
 
@@ -102,6 +116,46 @@ class NoiseBinding:
         noise = {k: v for k, v in self.settings.items() if k not in NOT_NOISE}
         text = json.dumps(noise, sort_keys=True, default=str)
         return text.encode() + b"\x00" + label_check
+
+
+def check_bound(
+    key: NoiseKey,
+    binding: NoiseBinding | None,
+    *,
+    mechanism: Mechanism,
+    placement: str,
+    reuse_noise: bool,
+    user: str,
+) -> None:
+    """Refuse to use ``key`` (or a release's ``binding``) at other settings.
+
+    A key serves one release (its binding): the same key at another epsilon
+    gives correlated draws of the same noise words (Laplace at ``eps = 1``
+    and ``4`` under one key: ``(4 c_4 - c_1) / 3`` recovers every label), so
+    whatever trains with a bound key states the same mechanism, parameter,
+    classes, placement and noise reuse, or nothing runs.
+
+    Raises
+    ------
+    PrivacyError
+        Naming each setting that differs (bound -> stated) and ``user``.
+    """
+    stated = NoiseBinding.of(
+        mechanism=mechanism, placement=placement, reuse_noise=reuse_noise, id_space={}
+    )
+    bound = [b for b in (binding,) if b is not None]
+    if key.binding is not None:
+        bound.append(NoiseBinding(dict(key.binding)))
+    for release in bound:
+        changed = release.mismatches(stated)
+        if changed:
+            raise PrivacyError(
+                f"{user} states other settings than its release (key "
+                f"{key.fingerprint}): {', '.join(changed)} (release -> stated). "
+                "One key serves one release: the same key at other settings "
+                "releases correlated draws of the same noise; open a release for "
+                "these settings and use its key"
+            )
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,13 @@ from pathlib import Path
 
 from tpsl_flwr.errors import PrivacyError
 
-__all__ = ["check_private", "make_private_dir", "read_private", "write_private"]
+__all__ = [
+    "check_private",
+    "check_private_parents",
+    "make_private_dir",
+    "read_private",
+    "write_private",
+]
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -64,6 +70,39 @@ def check_private(path: str | Path) -> None:
             f"access it; the label party's files must be private (chmod "
             f"{DIR_MODE if p.is_dir() else FILE_MODE:o} {p})"
         )
+
+
+def check_private_parents(path: str | Path) -> None:
+    """Raise unless no other user can replace ``path`` through a parent folder.
+
+    As ssh's ``StrictModes`` checks a home folder: a folder that another
+    user owns, or that group or others may write to without the sticky bit
+    (``/tmp`` has it), lets them rename ``path`` away and put their own in
+    its place (an empty ledger, say). Folders owned by root are trusted.
+
+    Raises
+    ------
+    PrivacyError
+        Naming the first such parent folder, its owner and mode.
+    """
+    me = os.getuid() if hasattr(os, "getuid") else 0
+    for parent in Path(os.path.abspath(path)).parents:
+        try:
+            info = parent.stat()
+        except FileNotFoundError:
+            continue
+        mode = stat.S_IMODE(info.st_mode)
+        if info.st_uid not in (0, me):
+            raise PrivacyError(
+                f"{parent}, a parent of {path}, is owned by uid {info.st_uid}: "
+                "its owner could replace the folder; choose a folder of your own"
+            )
+        if mode & 0o022 and not mode & stat.S_ISVTX:
+            raise PrivacyError(
+                f"{parent}, a parent of {path}, has mode {mode:04o}: group or "
+                "others may write to it and replace the folder (chmod go-w "
+                f"{parent}, or choose another folder)"
+            )
 
 
 def write_private(path: str | Path, data: bytes) -> Path:

@@ -13,9 +13,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpsl_flwr.errors import ConfigError, PrivacyError
+from tpsl_flwr.errors import ConfigError, PrivacyError, ReleaseRefused
 from tpsl_flwr.label_set import LabelSet
-from tpsl_flwr.ledger import LedgerEntry, LedgerTotal, PrivacyLedger, compose_latest
+from tpsl_flwr.ledger import (
+    REHEARSAL,
+    RELEASE,
+    LedgerEntry,
+    LedgerTotal,
+    PrivacyLedger,
+    compose,
+    compose_latest,
+    counted,
+)
 from tpsl_flwr.noise_binding import NoiseBinding
 from tpsl_flwr.privacy.accounting import PrivacySpent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
@@ -42,21 +51,24 @@ class LedgerView:
     label_set
         Keyed fingerprint of the labels (never leaves the label party).
     epsilon_spent
-        This release's pure epsilon.
+        This release's pure epsilon (what a rehearsal would spend).
     releases
         GradPerturb releases per label this release was recorded for.
     total
-        Composed over every release of the label set in the ledger when this
-        one was recorded (``as_of``), this one included. A later release
-        raises the set's total; ``tpsl-flwr ledger show`` gives it now.
+        Composed over every counted release of the label set in the ledger
+        when this one was recorded (``as_of``), this one included if it is a
+        release (a rehearsal is not counted). A later release raises the
+        set's total; ``tpsl-flwr ledger show`` gives it now.
     earlier
-        Releases of the set (other keys) recorded before this one.
+        Counted releases of the set (other keys) recorded before this one.
     public_labels
         Rehearsal data whose labels are public: recorded, never refused.
     acknowledged
         Whether the label party acknowledged a further release.
     folder
         The ledger's folder.
+    kind
+        ``"release"`` or ``"rehearsal"`` (:mod:`tpsl_flwr.ledger`).
     as_of
         When ``total`` was read (UTC, ISO 8601).
     """
@@ -69,6 +81,7 @@ class LedgerView:
     public_labels: bool
     acknowledged: bool
     folder: str
+    kind: str = RELEASE
     as_of: str = field(default_factory=_now)
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,6 +99,7 @@ class LedgerView:
             "public_labels": self.public_labels,
             "acknowledged": self.acknowledged,
             "folder": self.folder,
+            "kind": self.kind,
         }
 
 
@@ -96,39 +110,79 @@ def admit_release(
     *,
     acknowledged: bool,
     budget: float | None,
+    unprotected: bool = False,
+    write: bool = True,
 ) -> LedgerView:
-    """Record a fresh release, or refuse it (nothing is written then).
+    """Record a fresh release or rehearsal, or refuse it (nothing is written then).
 
     The check and the append run under the ledger's lock
     (:meth:`PrivacyLedger.admit`): two runs started at once over the same
-    labels are admitted one after the other, the second seeing the first.
+    labels are admitted one after the other, the second seeing the first. A
+    rehearsal (``entry.kind``) is recorded and never refused. ``write=False``
+    only decides.
 
     Raises
     ------
-    PrivacyError
-        If the set has releases under other keys and the label party did not
-        acknowledge a further one (rehearsal sets excepted), or if the total
+    ReleaseRefused
+        If the set has counted releases under other keys and the label party
+        did not acknowledge a further one (rehearsal sets excepted), if an
+        unprotected release is not allowed (``unprotected``), or if the total
         would exceed ``budget``.
     """
     seen: dict[str, Any] = {}
 
     def decide(entries: list[LedgerEntry]) -> None:
-        earlier = {e.key_fingerprint for e in entries} - {entry.key_fingerprint}
+        released = counted(entries)
+        earlier = {e.key_fingerprint for e in released} - {entry.key_fingerprint}
+        seen.update(earlier=len(earlier), total=compose(released))
+        if entry.kind == REHEARSAL:
+            return
         total = compose_latest([*entries, entry])
-        if earlier and not (acknowledged or label_set.public):
-            raise PrivacyError(
-                f"these labels (label set {label_set.fingerprint}, "
-                f"{label_set.rows} records) were released {len(earlier)} time(s) "
-                f"before under other keys (ledger {book.folder}); a new run is a "
-                f"further release and the total would be epsilon "
-                f"{_text(total.epsilon)}. Resume the earlier run, or acknowledge a "
-                "further release (--new-release, tpsl-flwr ledger acknowledge, or "
-                "new_release=True)"
-            )
+        seen.update(total=total)
+        _check_release(label_set, entry, earlier, total, acknowledged, unprotected)
         _check_budget(label_set, total, budget)
-        seen.update(earlier=len(earlier), total=total)
 
-    book.admit(label_set, entry, decide)
+    book.admit(label_set, entry, decide, write=write)
+    return _view(book, label_set, entry, seen, acknowledged)
+
+
+def _check_release(
+    label_set: LabelSet,
+    entry: LedgerEntry,
+    earlier: set[str],
+    total: LedgerTotal,
+    acknowledged: bool,
+    unprotected: bool,
+) -> None:
+    """Refuse a release that is not acknowledged (see :func:`admit_release`)."""
+    if label_set.public:
+        return
+    if entry.epsilon is not None and math.isinf(entry.epsilon) and not unprotected:
+        raise ReleaseRefused(
+            f"this run is a release (its nodes are not all the label party's) "
+            f"with mechanism {entry.mechanism}: every label of label set "
+            f"{label_set.fingerprint} ({label_set.rows} records) reaches them "
+            "in the clear. If that is intended, allow it: "
+            "--unprotected-release (tpsl-flwr ledger acknowledge LABEL_DIR "
+            "--unprotected for flwr run)"
+        )
+    if earlier and not acknowledged:
+        raise ReleaseRefused(
+            f"these labels (label set {label_set.fingerprint}, "
+            f"{label_set.rows} records) were released {len(earlier)} time(s) "
+            f"before under other keys; this run is a further release and the "
+            f"total would be epsilon {_text(total.epsilon)}. Acknowledge it: "
+            "--new-release (tpsl-flwr ledger acknowledge LABEL_DIR for flwr run)"
+        )
+
+
+def _view(
+    book: PrivacyLedger,
+    label_set: LabelSet,
+    entry: LedgerEntry,
+    seen: dict[str, Any],
+    acknowledged: bool,
+) -> LedgerView:
     return LedgerView(
         label_set.fingerprint,
         entry.epsilon,
@@ -138,6 +192,7 @@ def admit_release(
         label_set.public,
         acknowledged,
         str(book.folder),
+        kind=entry.kind,
     )
 
 
@@ -147,40 +202,45 @@ def continue_release(
     entry: LedgerEntry,
     *,
     budget: float | None,
+    acknowledged: bool = False,
+    unprotected: bool = False,
+    write: bool = True,
 ) -> LedgerView:
     """The ledger's view of a resumed release; record it first if it grew.
 
     A release the ledger does not hold yet (a key file from before the
     ledger, or another ledger folder), or one that now spends more (fresh
     noise per epoch and more epochs: more releases per label, for every
-    mechanism, Gaussian included), is recorded before the run goes on.
+    mechanism, Gaussian included), is recorded before the run goes on. A
+    rehearsal resumed as a release is admitted as a fresh release would be.
     """
     seen: dict[str, Any] = {}
 
     def decide(entries: list[LedgerEntry]) -> None:
+        released = counted(entries)
         mine = [e for e in entries if e.key_fingerprint == entry.key_fingerprint]
-        seen["earlier"] = len(
-            {e.key_fingerprint for e in entries} - {entry.key_fingerprint}
-        )
+        earlier = {e.key_fingerprint for e in released} - {entry.key_fingerprint}
+        seen["earlier"] = len(earlier)
+        if entry.kind == REHEARSAL:
+            seen["total"] = compose(released)
+            if any(e.kind == REHEARSAL and e.releases >= entry.releases for e in mine):
+                raise _AlreadyRecorded
+            return
         seen["total"] = compose_latest([*entries, entry])
-        if mine and entry.releases <= max(e.releases for e in mine):
+        counted_mine = [e for e in released if e in mine]
+        if not counted_mine:
+            _check_release(
+                label_set, entry, earlier, seen["total"], acknowledged, unprotected
+            )
+        elif entry.releases <= max(e.releases for e in counted_mine):
             raise _AlreadyRecorded
         _check_budget(label_set, seen["total"], budget)
 
     try:
-        book.admit(label_set, entry, decide)
+        book.admit(label_set, entry, decide, write=write)
     except _AlreadyRecorded:
         pass
-    return LedgerView(
-        label_set.fingerprint,
-        entry.epsilon,
-        entry.releases,
-        seen["total"],
-        seen["earlier"],
-        label_set.public,
-        True,
-        str(book.folder),
-    )
+    return _view(book, label_set, entry, seen, True)
 
 
 class _AlreadyRecorded(Exception):
@@ -213,8 +273,10 @@ def ledger_entry(
     privacy: PrivacySpent,
     run_name: str,
     acknowledged: bool,
+    *,
+    kind: str = RELEASE,
 ) -> LedgerEntry:
-    """The ledger line of a release under ``key`` with ``binding``.
+    """The ledger line of a release (or rehearsal) under ``key`` with ``binding``.
 
     Raises
     ------
@@ -252,6 +314,7 @@ def ledger_entry(
         key_origin=origin,
         run=run_name,
         acknowledged=acknowledged,
+        kind=kind,
     )
 
 
@@ -261,7 +324,7 @@ def _check_budget(
     if budget is None:
         return
     if total.epsilon is None or total.epsilon > budget:
-        raise PrivacyError(
+        raise ReleaseRefused(
             f"this release would take label set {label_set.fingerprint} to a total "
             f"epsilon of {_text(total.epsilon)} over {total.releases} release(s), "
             f"above the budget {budget}; nothing was released"

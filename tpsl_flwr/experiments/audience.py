@@ -22,7 +22,7 @@ Examples
 ...     "data_info": {"rows": 569, "train_positive_rate": 0.63},
 ...     "noise_key": {"origin": "seed", "secure": False, "fingerprint": "ab12"},
 ... })
->>> summary["mechanism"], summary["data_info"], summary["rehearsal"]
+>>> summary["mechanism"], summary["data_info"], summary["seeded_key"]
 ('laplace', {'rows': 569}, True)
 >>> "test_auc" in summary
 False
@@ -46,8 +46,8 @@ __all__ = [
     "PUBLIC_MODE",
     "PUBLIC_RUN_COLUMNS",
     "PUBLIC_SUMMARY",
-    "REHEARSAL_NOTE",
-    "is_rehearsal",
+    "SEEDED_KEY_NOTE",
+    "is_seeded_key",
     "keep_private",
     "key_origin",
     "private_folder",
@@ -69,10 +69,10 @@ PUBLIC_MODE = 0o644
 """Mode of a shareable file: anyone may read it once it leaves the folder."""
 LABEL_PARTY_ONLY_FILES = ("results.json", "report.md", "report.png")
 """A run's files that hold clean-label statistics (mode ``0600``)."""
-REHEARSAL_NOTE = (
+SEEDED_KEY_NOTE = (
     "a seeded key is reproducible by anyone who knows the seed, who can then "
-    "recompute and subtract the noise: a seeded run is a rehearsal that shows "
-    "utility, not protection"
+    "recompute and subtract the noise: a seeded run shows utility, not "
+    "protection"
 )
 
 _PRIVACY: Fields = dict.fromkeys(
@@ -116,6 +116,7 @@ _LEDGER: Fields = {
     "earlier_releases": None,
     "public_labels": None,
     "acknowledged": None,
+    "kind": None,
 }
 PUBLIC_FIELDS: Fields = {
     # What was released, and what it cost.
@@ -127,6 +128,7 @@ PUBLIC_FIELDS: Fields = {
     "epochs": None,
     "epsilon_spent": None,
     "epsilon_total": None,
+    "run_kind": None,
     "privacy": _PRIVACY,
     "ledger": _LEDGER,
     "noise_key": _NOISE_KEY,
@@ -178,7 +180,8 @@ PUBLIC_RUN_COLUMNS = (
     "epsilon_total",
     "epsilon_total_now",
     "key_origin",
-    "rehearsal",
+    "seeded_key",
+    "run_kind",
     "samples_per_second",
 )
 """The columns of a sweep's ``runs-public.csv``: its ``runs.csv`` without the
@@ -197,16 +200,16 @@ def key_origin(results: Mapping[str, Any]) -> str | None:
     return None if origin is None else str(origin)
 
 
-def is_rehearsal(results: Mapping[str, Any]) -> bool | None:
-    """Whether the run's key was seeded (a rehearsal); ``None`` when unknown.
+def is_seeded_key(results: Mapping[str, Any]) -> bool | None:
+    """Whether the run's key was seeded (not secure); ``None`` when unknown.
 
     Examples
     --------
-    >>> is_rehearsal({"noise_key": {"origin": "seed", "secure": False}})
+    >>> is_seeded_key({"noise_key": {"origin": "seed", "secure": False}})
     True
-    >>> is_rehearsal({"noise_key": {"origin": "os", "secure": True}})
+    >>> is_seeded_key({"noise_key": {"origin": "os", "secure": True}})
     False
-    >>> is_rehearsal({}) is None
+    >>> is_seeded_key({}) is None
     True
     """
     key = results.get("noise_key") or {}
@@ -248,9 +251,9 @@ def allowed(value: Any, fields: Fields | None) -> Any:
 def public_summary(results: Mapping[str, Any]) -> dict[str, Any]:
     """The shareable part of a run's results (:data:`PUBLIC_FIELDS`).
 
-    Adds ``audience`` (what the summary is), ``rehearsal`` (the key was
-    seeded) and, for a rehearsal, ``rehearsal_note``
-    (:data:`REHEARSAL_NOTE`), and ``label_party_only``: the files of the run
+    Adds ``audience`` (what the summary is), ``seeded_key`` (the key was
+    seeded: not secure) and, for a seeded key, ``seeded_key_note``
+    (:data:`SEEDED_KEY_NOTE`), and ``label_party_only``: the files of the run
     that stay with the label party.
 
     Parameters
@@ -266,11 +269,11 @@ def public_summary(results: Mapping[str, Any]) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "audience": "shareable: no statistic computed on the clean labels",
         **allowed(results, PUBLIC_FIELDS),
-        "rehearsal": is_rehearsal(results),
+        "seeded_key": is_seeded_key(results),
         "label_party_only": list(LABEL_PARTY_ONLY_FILES),
     }
-    if summary["rehearsal"]:
-        summary["rehearsal_note"] = REHEARSAL_NOTE
+    if summary["seeded_key"]:
+        summary["seeded_key_note"] = SEEDED_KEY_NOTE
     config = summary.get("config")
     if isinstance(config, Mapping):  # machine paths: only their last part
         summary["config"] = {

@@ -43,7 +43,9 @@ LABEL_DIR = "label-party"
 _MAX_BUCKETS = 2**31 - 1
 """The most hash buckets a categorical column of criteo/avazu may have."""
 """The label party's folder under ``out_dir`` unless ``label_dir`` names one."""
-LABEL_PARTY_ONLY = frozenset({"noise_seed", "new_release", "privacy_budget"})
+LABEL_PARTY_ONLY = frozenset(
+    {"noise_seed", "new_release", "privacy_budget", "release", "unprotected_release"}
+)
 """Fields that never enter the run config (nodes must not learn them)."""
 
 
@@ -69,8 +71,10 @@ class ExperimentConfig:
     receives there (the attacker's view, for ``tpsl-flwr attack``).
     ``new_release`` (the label party acknowledges a further release of labels
     the privacy ledger already holds) and ``privacy_budget`` (``> 0``: refuse a
-    release taking the label set's total epsilon above it) are label-party
-    decisions, never run config (:mod:`tpsl_flwr.ledger`).
+    release taking the label set's total epsilon above it), ``release``
+    (count the run as a release whatever its engine) and
+    ``unprotected_release`` (allow a release with ``mechanism = none``) are
+    label-party decisions, never run config (:mod:`tpsl_flwr.ledger`).
     """
 
     dataset: str = "synthetic-ctr"
@@ -110,6 +114,8 @@ class ExperimentConfig:
     noise_seed: int = -1
     new_release: bool = False
     privacy_budget: float = 0.0
+    release: bool = False
+    unprotected_release: bool = False
     out_dir: str = "outputs"
     label_dir: str = ""
     checkpoint: bool = True

@@ -115,6 +115,12 @@ FIELD_HELP: dict[str, str] = {
     "privacy-budget": "label party only, never run config: refuse a release that "
     "takes the label set's total epsilon (over every release in the ledger) above "
     "this; 0: no budget",
+    "release": "label party only, never run config: count this run as a release "
+    "in the privacy ledger even on an engine whose nodes the label party starts "
+    "itself (their outputs will be shared, say)",
+    "unprotected-release": "label party only, never run config: allow a release "
+    "with mechanism none (every label readable by the nodes); without it such a "
+    "release is refused",
     "out-dir": "folder of results.json, report.md and the nodes' checkpoints",
     "label-dir": "the label party's private folder (key, checkpoints); "
     "empty: OUT-DIR/label-party",

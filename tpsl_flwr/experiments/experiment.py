@@ -24,7 +24,7 @@ from tpsl_flwr.experiments.audience import (
     write_public,
 )
 from tpsl_flwr.experiments.config import ExperimentConfig
-from tpsl_flwr.experiments.run_folder import RESULTS_FILE
+from tpsl_flwr.experiments.run_folder import RESULTS_FILE, retire_results
 from tpsl_flwr.experiments.run_report import write_report
 from tpsl_flwr.experiments.training_settings import training_of
 from tpsl_flwr.experiments.validation_settings import resolve_validation
@@ -33,9 +33,9 @@ from tpsl_flwr.label_set import MIN_RECORDS
 from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.models import num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
-from tpsl_flwr.privacy.accounting import privacy_spent
+from tpsl_flwr.privacy.accounting import PrivacySpent, privacy_spent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
-from tpsl_flwr.privacy.mechanisms import parameter_of
+from tpsl_flwr.privacy.mechanisms import Mechanism, parameter_of
 from tpsl_flwr.private_files import write_private
 from tpsl_flwr.strategies import TPSLStrategy
 
@@ -53,7 +53,9 @@ def provide_seeded_key(cfg: ExperimentConfig) -> None:
 
     The key of ``cfg.noise_seed`` (if any), and the acknowledgement of a
     further release (``cfg.new_release``) with its budget
-    (``cfg.privacy_budget``). Runs on the label party's side only (the CLI, a
+    (``cfg.privacy_budget``), and whether the run counts as a release
+    (``cfg.release``) or may be an unprotected one
+    (``cfg.unprotected_release``). Runs on the label party's side only (the CLI, a
     sweep, the in-process engine): none of them enters the run config the
     nodes receive; the ServerApp of ``flwr run`` finds them in the folder. A
     resumed run keeps the key it was bound to, so no key is provided then.
@@ -61,26 +63,26 @@ def provide_seeded_key(cfg: ExperimentConfig) -> None:
     store = LabelStore(cfg.label_party_dir)
     if cfg.noise_seed >= 0 and not cfg.resume:
         store.provide_key(NoiseKey.from_seed(cfg.noise_seed), origin="seed")
-    if cfg.new_release or cfg.privacy_budget > 0:
+    decided = (cfg.new_release, cfg.release, cfg.unprotected_release)
+    if any(decided) or cfg.privacy_budget > 0:
         store.acknowledge_new_release(
-            cfg.privacy_budget or None, new_release=cfg.new_release
+            cfg.privacy_budget or None,
+            new_release=cfg.new_release,
+            unprotected=cfg.unprotected_release,
+            release=cfg.release,
         )
 
 
-def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]:
-    """The label party for ``cfg`` (its labels only) and facts about the data.
+def release_request(
+    cfg: ExperimentConfig, labels: Any, mechanism: Mechanism
+) -> tuple[float, NoiseBinding, LabelRecords, PrivacySpent]:
+    """What a run of ``cfg`` asks the ledger for: hold-out, binding, labels, spend.
 
-    The noise key comes from the label party's private folder
-    (:class:`~tpsl_flwr.label_store.LabelStore`), bound to every setting that
-    fixes the noise; a resume with any of them changed is refused.
+    Raises
+    ------
+    ConfigError
+        If a data file leaves fewer than ``MIN_RECORDS`` labelled records.
     """
-    if cfg.resume and not cfg.checkpoint:
-        raise ConfigError("resume needs checkpoint = true")
-    labels = cfg.load_labels()
-    # wide = auto resolved from the training rows, as every node does.
-    cfg = resolve_wide(cfg, int(labels.train_labels.size))
-    mechanism = cfg.make_mechanism(labels.num_classes)
-    top = build_top(cfg, num_outputs_for(labels.num_classes))
     run_config = cfg.to_run_config()
     # validation-fraction = auto resolved from the public rows and epochs.
     validation = resolve_validation(
@@ -109,6 +111,86 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
             "labels in the file's other row limits; use rows >= "
             f"{MIN_RECORDS} (or 0 for the whole file)"
         )
+    privacy = privacy_spent(
+        mechanism=mechanism,
+        placement=cfg.placement,
+        epochs=cfg.epochs,
+        reuse_noise=cfg.reuse_noise,
+    )
+    all_labels = LabelRecords.of_splits(
+        labels.train_ids, labels.train_labels, labels.test_ids, labels.test_labels
+    )
+    return validation, binding, all_labels, privacy
+
+
+def preflight_release(cfg: ExperimentConfig) -> None:
+    """Refuse a fresh run counted as a release before its folder is touched.
+
+    The command line's check for ``--release`` runs (every other run of the
+    CLI's engines is a rehearsal, which the ledger never refuses): the same
+    decision the run's label party takes, taken first without writing, so a
+    refused run leaves its ``out-dir`` (and its earlier results) untouched.
+
+    Raises
+    ------
+    ReleaseRefused
+        As the run would.
+    """
+    if not cfg.release or cfg.resume:
+        return
+    labels = cfg.load_labels()
+    mechanism = cfg.make_mechanism(labels.num_classes)
+    _, binding, records, privacy = release_request(cfg, labels, mechanism)
+    LabelStore(cfg.label_party_dir).open_release(
+        binding,
+        resume=False,
+        labels=records,
+        privacy=privacy,
+        public_labels=cfg.dataset in DATASETS,
+        new_release=cfg.new_release,
+        budget=cfg.privacy_budget or None,
+        unprotected_release=cfg.unprotected_release,
+        dry_run=True,
+    )
+
+
+def is_rehearsal(grid: Grid, store: LabelStore) -> bool:
+    """Whether the label party started every node of a run on ``grid`` itself.
+
+    Decided from what the label party knows, never from the run config: its
+    in-process grid and Flower's Ray simulation (``InMemoryGrid``: the nodes
+    are actors of the simulation's own process tree) are rehearsals; a
+    deployment (``HttpGrid``) is one only if the label party's own launcher
+    left a fresh mark in its folder (:meth:`LabelStore.mark_rehearsal`, the
+    local deployment engine). Any other grid is a release. A mark is taken
+    (removed) either way, so that no later run finds it.
+    """
+    from flwr.superlink.grid import InMemoryGrid
+
+    from tpsl_flwr.engines.inprocess import InProcessGrid
+
+    marked = store.take_rehearsal_mark()
+    return isinstance(grid, (InProcessGrid, InMemoryGrid)) or marked
+
+
+def build_strategy(
+    cfg: ExperimentConfig, *, rehearsal: bool = False
+) -> tuple[TPSLStrategy, dict[str, Any]]:
+    """The label party for ``cfg`` (its labels only) and facts about the data.
+
+    The noise key comes from the label party's private folder
+    (:class:`~tpsl_flwr.label_store.LabelStore`), bound to every setting that
+    fixes the noise; a resume with any of them changed is refused.
+    ``rehearsal``: every node is the label party's own (:func:`is_rehearsal`).
+    """
+    if cfg.resume and not cfg.checkpoint:
+        raise ConfigError("resume needs checkpoint = true")
+    labels = cfg.load_labels()
+    # wide = auto resolved from the training rows, as every node does.
+    cfg = resolve_wide(cfg, int(labels.train_labels.size))
+    mechanism = cfg.make_mechanism(labels.num_classes)
+    top = build_top(cfg, num_outputs_for(labels.num_classes))
+    validation, binding, records, privacy = release_request(cfg, labels, mechanism)
     # batch-size / lr = 0 resolved from the training rows, as every node does.
     training = training_of(cfg, int(labels.train_labels.size))
     store = LabelStore(cfg.label_party_dir)
@@ -116,18 +198,12 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
     release = store.open_release(
         binding,
         resume=cfg.resume,
-        labels=LabelRecords.of_splits(
-            labels.train_ids, labels.train_labels, labels.test_ids, labels.test_labels
-        ),
-        privacy=privacy_spent(
-            mechanism=mechanism,
-            placement=cfg.placement,
-            epochs=cfg.epochs,
-            reuse_noise=cfg.reuse_noise,
-        ),
+        labels=records,
+        privacy=privacy,
         # Built-in tables are rehearsal data: their labels are public anyway.
         public_labels=cfg.dataset in DATASETS,
         run_name=Path(cfg.out_dir).name,
+        rehearsal=rehearsal,
     )
     party = LabelParty(
         top,
@@ -171,6 +247,8 @@ def build_strategy(cfg: ExperimentConfig) -> tuple[TPSLStrategy, dict[str, Any]]
         "data_info": {k: _jsonable(v) for k, v in labels.info.items()},
         "key_origin": release.origin,
         "ledger": None if release.ledger is None else release.ledger.to_dict(),
+        "run_kind": release.kind,
+        "release": release,
     }
     return strategy, facts
 
@@ -220,11 +298,18 @@ def run_label_party(
     (default ``cfg.reply_timeout``); a node silent that long stops the run.
     """
     started = time.perf_counter()
-    strategy, facts = build_strategy(cfg)
+    store = LabelStore(cfg.label_party_dir)
+    strategy, facts = build_strategy(cfg, rehearsal=is_rehearsal(grid, store))
     key_origin = facts.pop("key_origin")
     ledger = facts.pop("ledger")
+    release = facts.pop("release")
     wait = cfg.reply_timeout if timeout is None else timeout
-    outcome = strategy.start(grid=grid, timeout=wait)
+    try:
+        outcome = strategy.start(grid=grid, timeout=wait)
+    except BaseException:
+        if not strategy.released_gradients and not release.resumed:
+            store.void(release)  # nothing left: the release did not happen
+        raise
     spent = strategy.privacy
     privacy = spent.to_dict()
     if not strategy.party.key.secure:
@@ -293,6 +378,7 @@ def write_results(results: dict[str, Any], out: Path) -> None:
     skip such runs), and a crash never leaves a half-written one.
     """
     folder = private_folder(out)
+    retire_results(folder, keep_previous=True)  # an earlier run's: *.previous.*
     write_report(results, folder)
     write_public(folder / PUBLIC_SUMMARY, results)
     text = json.dumps(results, indent=2, default=_jsonable)

@@ -25,7 +25,7 @@ import logging
 import math
 import os
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -41,6 +41,7 @@ from tpsl_flwr.experiments.run_folder import (
     write_atomic,
 )
 from tpsl_flwr.experiments.training_settings import resolve_training
+from tpsl_flwr.label_store import LabelStore
 
 if TYPE_CHECKING:
     from tpsl_flwr.engines.inprocess import InProcessGrid
@@ -177,6 +178,9 @@ def run_experiment(
             "party-actors = true keeps each node's party in a Ray actor: it is for "
             f"the ray engine, got engine {engine!r}"
         )
+    from tpsl_flwr.experiments.experiment import preflight_release
+
+    preflight_release(cfg)  # a refused release leaves the folder untouched
     prepare_run_folder(
         cfg.out_dir,
         resume=cfg.resume,
@@ -332,7 +336,11 @@ def _run_on_deployment(
     out_dir.mkdir(parents=True, exist_ok=True)
     results_path = out_dir / RESULTS_FILE
     (out_dir / FAILED_FILE).unlink(missing_ok=True)
-    with failed_on_error(out_dir):
+    # Every node of this deployment is started here, by the label party: the
+    # run is a rehearsal (the ServerApp takes the mark; removed in any case).
+    store = LabelStore(Path(cfg.label_party_dir).resolve())
+    store.mark_rehearsal()
+    with failed_on_error(out_dir), _removing(store.clear_rehearsal_mark):
         with DeploymentRuntime(
             cfg.num_parties,
             out_dir / DEPLOYMENT_LOGS,
@@ -366,6 +374,15 @@ def _run_on_deployment(
     # The shareable summary gains the Flower timings too (allow-listed fields).
     write_public(results_path.parent / PUBLIC_SUMMARY, results)
     return results
+
+
+@contextmanager
+def _removing(remove: Callable[[], None]) -> Iterator[None]:
+    """Call ``remove`` when the block ends, however it ends."""
+    try:
+        yield
+    finally:
+        remove()
 
 
 @contextmanager

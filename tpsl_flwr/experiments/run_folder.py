@@ -46,7 +46,7 @@ from typing import Any
 
 from flwr.common.logger import log
 
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.errors import ConfigError, ReleaseRefused
 from tpsl_flwr.experiments.audience import PUBLIC_SUMMARY, private_folder
 from tpsl_flwr.private_files import FILE_MODE
 
@@ -80,6 +80,8 @@ RUN_ENTRIES = (
 )
 """Everything a run writes directly in its out-dir (the label party's folder aside)."""
 _KEY_FILE = "noise-key.json"
+_DECISION_FILES = (_KEY_FILE, "new-release.json", "rehearsal.json")
+"""What the label party's folder holds before a run (label_store.DECISION_FILES)."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): (.+)$")
 _FLOWER_REASON = re.compile(r"<class '([\w.()]+)'>:<'(.*?)(?:'>)?$")
@@ -154,17 +156,26 @@ def _earlier_run(out: Path, label: Path) -> list[str]:
         return []
     found = []
     for entry in sorted(out.iterdir()):
-        if entry.resolve() == label and _only_unbound_key(entry):
+        if entry.resolve() == label and (
+            _only_unbound_key(entry) or (entry.is_dir() and not any(entry.iterdir()))
+        ):
             continue
         found.append(entry.name + ("/" if entry.is_dir() else ""))
     return found
 
 
 def _only_unbound_key(folder: Path) -> bool:
-    """Whether ``folder`` holds just a key no run has used yet (keygen, a seed)."""
+    """Whether ``folder`` holds only what the label party left for its next run.
+
+    An unbound key (keygen, a seed), its decisions for the run (a further
+    release acknowledged, a budget) or a launcher's rehearsal mark.
+    """
     try:
-        if [p.name for p in folder.iterdir()] != [_KEY_FILE]:
+        names = [p.name for p in folder.iterdir()]
+        if not names or not set(names) <= set(_DECISION_FILES):
             return False
+        if _KEY_FILE not in names:
+            return True
         return json.loads((folder / _KEY_FILE).read_text()).get("binding") is None
     except (OSError, ValueError, AttributeError):
         return False
@@ -308,13 +319,17 @@ def failed_on_error(out_dir: str | Path) -> Iterator[None]:
     """Leave :data:`FAILED_FILE` in ``out_dir`` if the block raises (and re-raise).
 
     ``results.json`` of the failed run is never left: the block only writes it
-    at its very end.
+    at its very end. A run the privacy ledger refused
+    (:class:`~tpsl_flwr.errors.ReleaseRefused`) leaves no marker: it never
+    started.
     """
     try:
         yield
     except KeyboardInterrupt:
         mark_failed(out_dir, "interrupted")
         raise
+    except ReleaseRefused:
+        raise  # refused before it started: the folder stays as it was
     except BaseException as err:
         if read_failure(out_dir) is None:
             mark_failed(out_dir, err)
@@ -329,15 +344,18 @@ def run_in_folder(
 ) -> Mapping[str, Any] | None:
     """Run ``run()`` under the run-folder rules; the ServerApp's one line.
 
-    1. ``out_dir`` is made the label party's (``0700``); an earlier run's
-       results and report become ``*.previous.*`` and its ``FAILED`` marker
-       goes, so what the folder shows afterwards is this run's alone.
-    2. ``run()`` is called. If it raises, ``out_dir/FAILED`` gets the error's
-       one line (:func:`one_line_error`: for a node's error its root cause,
+    1. ``out_dir`` is made the label party's (``0700``).
+    2. ``run()`` is called. If it raises, an earlier run's results and report
+       become ``*.previous.*`` and ``out_dir/FAILED`` gets the error's one
+       line (:func:`one_line_error`: for a node's error its root cause,
        without Ray's wrapper text), that line is logged, and the error is
-       re-raised (so ``flwr run`` records the run as failed).
-    3. What it returns is written to ``out_dir/results_file`` atomically,
-       mode ``0600`` (numpy scalars and arrays become JSON numbers and lists).
+       re-raised (so ``flwr run`` records the run as failed). A run the
+       privacy ledger refused (:class:`~tpsl_flwr.errors.ReleaseRefused`)
+       leaves the folder as it was (one it created is removed).
+    3. Otherwise the earlier results become ``*.previous.*`` and what ``run()``
+       returns is written to ``out_dir/results_file`` atomically, mode
+       ``0600`` (numpy scalars and arrays become JSON numbers and lists), so
+       what the folder shows afterwards is this run's alone.
 
     Parameters
     ----------
@@ -348,7 +366,8 @@ def run_in_folder(
         The run: trains and returns its results (a JSON-able mapping), or
         returns ``None`` when it wrote its own results file.
     results_file
-        The file name of the results in ``out_dir``; ``None``: write nothing.
+        The file name of the results in ``out_dir``; ``None``: write nothing
+        (``run()`` writes its own, after :func:`retire_results`).
 
     Returns
     -------
@@ -372,19 +391,36 @@ def run_in_folder(
     >>> read_failure(out), sorted(p.name for p in out.iterdir())
     ('ValueError: labels must lie in [0, 2), got 3', ['FAILED', 'results.previous.json'])
     """  # noqa: E501
+    created = not Path(out_dir).exists()
     out = private_folder(out_dir)
-    retire_results(out, keep_previous=True)
     try:
-        with failed_on_error(out):
-            results = run()
-    except BaseException:
+        results = run()
+    except ReleaseRefused as err:
+        if created:
+            _remove_untouched(out)
+        log(ERROR, "run refused, nothing sent or written: %s", err)
+        raise
+    except BaseException as err:
+        retire_results(out, keep_previous=True)
+        mark_failed(out, "interrupted" if isinstance(err, KeyboardInterrupt) else err)
         log(ERROR, "run failed: %s (%s)", read_failure(out), out / FAILED_FILE)
         raise
+    if results_file is not None:  # else run() wrote its own, retiring the old
+        retire_results(out, keep_previous=True)
     if results is not None and results_file is not None:
         text = json.dumps(dict(results), indent=2, default=_json_default)
         path = write_atomic(out / results_file, text, mode=FILE_MODE)
         log(INFO, "results in %s", path)
     return results
+
+
+def _remove_untouched(out: Path) -> None:
+    """Remove ``out`` if it holds nothing but empty folders (a refused run's)."""
+    for folder in sorted(out.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
+            folder.rmdir()
+    if not any(out.iterdir()):
+        out.rmdir()
 
 
 def _json_default(value: Any) -> Any:

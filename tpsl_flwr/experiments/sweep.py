@@ -11,12 +11,13 @@ plots are written from every finished run
 :mod:`~tpsl_flwr.experiments.sweep_scale`).
 
 Each row names where its run's noise key came from (``key_origin``: ``os`` or
-``seed``) and whether the run is a ``rehearsal`` (a seeded key, reproducible
-by anyone who knows the seed: utility, not protection). Test metrics and
-attack AUCs are computed on the clean labels, so ``runs.csv``, ``tables.md``
-and the plots are the label party's (mode ``0600``, the sweep's folder
-``0700``); ``runs-public.csv`` (``0644``) keeps only the columns of
-:data:`~tpsl_flwr.experiments.audience.PUBLIC_RUN_COLUMNS`.
+``seed``), whether that key was seeded (``seeded_key``: reproducible by
+anyone who knows the seed, so utility, not protection) and whether the run
+was a ``release`` or a ``rehearsal`` in the privacy ledger (``run_kind``).
+Test metrics and attack AUCs are computed on the clean labels, so
+``runs.csv``, ``tables.md`` and the plots are the label party's (mode
+``0600``, the sweep's folder ``0700``); ``runs-public.csv`` (``0644``)
+keeps only the columns of :data:`~tpsl_flwr.experiments.audience.PUBLIC_RUN_COLUMNS`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.audience import (
     PUBLIC_RUN_COLUMNS,
-    is_rehearsal,
+    is_seeded_key,
     key_origin,
     private_folder,
     write_shareable,
@@ -92,7 +93,8 @@ CSV_COLUMNS = (
     "epsilon_total",
     "epsilon_total_now",
     "key_origin",
-    "rehearsal",
+    "seeded_key",
+    "run_kind",
     "samples_per_second",
 )
 """The columns of ``runs.csv``, ``denoise`` aside (:func:`csv_columns`)."""
@@ -153,7 +155,8 @@ def run_row(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
         "epsilon_spent": results.get("epsilon_spent"),
         "epsilon_total": results.get("epsilon_total"),
         "key_origin": key_origin(results),
-        "rehearsal": is_rehearsal(results),
+        "seeded_key": is_seeded_key(results),
+        "run_kind": results.get("run_kind"),
         "samples_per_second": results.get("samples_per_second"),
     }
     for key in ATTACK_COLUMNS:
@@ -193,9 +196,9 @@ def csv_text(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
 
     Examples
     --------
-    >>> rows = [{"run": "a", "rehearsal": True, "x": 1}]
-    >>> csv_text(rows, ("run", "rehearsal")).splitlines()
-    ['run,rehearsal', 'a,True']
+    >>> rows = [{"run": "a", "seeded_key": True, "x": 1}]
+    >>> csv_text(rows, ("run", "seeded_key")).splitlines()
+    ['run,seeded_key', 'a,True']
     """
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore")
@@ -238,17 +241,19 @@ def _totals_now(rows: list[dict[str, Any]], label_sets: list[str | None]) -> Non
         row["epsilon_total_now"] = None if total is None else total.to_dict()["epsilon"]
 
 
-def check_releases(specs: list[Any], new_release: bool) -> None:
+def check_releases(specs: list[Any], new_release: bool, release: bool) -> None:
     """Refuse, before any run, a sweep that would release a file's labels twice.
 
-    Runs over one file are releases of one label set: that is the label
+    A sweep's runs are rehearsals (the label party starts every node): the
+    ledger records them and refuses none. Counted as releases (``release``),
+    runs over one file are releases of one label set: that is the label
     party's decision to take once, with ``--new-release``, not a refusal in
     the middle of the sweep.
     """
     from tpsl_flwr.data.builtin import FILE_DATASETS
 
     on_files = [s.name for s in specs if s.config.dataset in FILE_DATASETS]
-    if len(on_files) > 1 and not new_release:
+    if release and len(on_files) > 1 and not new_release:
         raise ConfigError(
             f"this sweep runs {len(on_files)} experiments over the labels of a data "
             f"file ({on_files[0]}, ...): each is a release of those labels and their "
@@ -264,6 +269,8 @@ def run_sweep(
     progress: bool = True,
     new_release: bool = False,
     privacy_budget: float = 0.0,
+    release: bool = False,
+    unprotected_release: bool = False,
 ) -> dict[str, Any]:
     """Run every unfinished run of ``sweep``, then write the CSV, tables and plots.
 
@@ -281,12 +288,16 @@ def run_sweep(
     new_release
         The label party's one decision for the whole sweep: each of its runs
         may be a further release of labels the privacy ledger already holds
-        (:mod:`tpsl_flwr.ledger`). Without it, a sweep of several runs over a
-        file's labels (criteo, avazu) is refused before any run starts;
-        built-in rehearsal tables are recorded, never refused.
+        (:mod:`tpsl_flwr.ledger`). Needed only with ``release``: a sweep's
+        runs are rehearsals otherwise (recorded, never refused).
     privacy_budget
-        ``> 0``: every run is refused if it would take its label set's total
-        epsilon above this.
+        ``> 0``: every release is refused if it would take its label set's
+        total epsilon above this.
+    release, unprotected_release
+        Count every run as a release; allow unprotected ones
+        (``--release``, ``--unprotected-release``). With ``release``, a sweep
+        of several runs over a file's labels (criteo, avazu) is refused
+        before any run starts unless ``new_release``.
 
     Returns
     -------
@@ -297,8 +308,8 @@ def run_sweep(
     Raises
     ------
     ConfigError
-        If ``engine`` is unknown, or several runs would release a file's labels
-        without ``new_release``.
+        If ``engine`` is unknown, or several runs counted as releases would
+        release a file's labels without ``new_release``.
     """
     from flwr.common.logger import FLOWER_LOGGER
     from tqdm import tqdm
@@ -308,14 +319,15 @@ def run_sweep(
     check_engine(engine)
     out = Path(out_dir)
     specs = sweep.runs(out)
-    check_releases(specs, new_release)
+    check_releases(specs, new_release, release)
+    decisions: dict[str, Any] = {
+        "new_release": new_release,
+        "privacy_budget": privacy_budget,
+        "release": release,
+        "unprotected_release": unprotected_release,
+    }
     specs = [
-        dataclasses.replace(
-            spec,
-            config=dataclasses.replace(
-                spec.config, new_release=new_release, privacy_budget=privacy_budget
-            ),
-        )
+        dataclasses.replace(spec, config=dataclasses.replace(spec.config, **decisions))
         for spec in specs
     ]
     private_folder(out / "runs")  # every run's results are the label party's

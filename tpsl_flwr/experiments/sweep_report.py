@@ -18,8 +18,8 @@
 Tables and panels go per dataset, or per dataset and size when a dataset was
 run at several sizes; cells are described in
 :mod:`tpsl_flwr.experiments.sweep_stats`. Every protected table has a ``key``
-column: where its runs' noise keys came from, a seeded key marked
-``rehearsal`` (anyone who knows the seed can subtract the noise).
+column: where its runs' noise keys came from, a seeded key marked ``not
+secure`` (anyone who knows the seed can subtract the noise).
 
 Everything here is computed on the clean labels (test metrics, attack AUCs
 against the true labels): the files are the label party's alone, mode
@@ -145,7 +145,7 @@ def tables_markdown(rows: Sequence[Row]) -> str:
         f"within sampling error, or by more than {SIGMAS_OF_TOLERANCE:g} "
         "Hanley-McNeil standard errors (ABOVE THE CEILING: the guarantee is "
         "violated); key = where the runs' noise keys came from (`os`, or `seed "
-        "(rehearsal)`: utility only).",
+        "(not secure)`: utility only).",
     ]
     return "\n".join(lines) + "\n"
 

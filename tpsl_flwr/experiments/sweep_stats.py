@@ -144,21 +144,21 @@ def ceiling_summary(rows: Sequence[Row], key: str = "sda_verdict") -> str:
 
 
 def key_cell(rows: Sequence[Row]) -> str:
-    """Where the runs' noise keys came from: ``os``, ``seed (rehearsal)`` or both.
+    """Where the runs' noise keys came from: ``os``, ``seed (not secure)`` or both.
 
     Examples
     --------
     >>> key_cell([{"key_origin": "seed"}] * 2)
-    'seed (rehearsal)'
+    'seed (not secure)'
     >>> key_cell([{"key_origin": "os"}, {"key_origin": "seed"}])
-    'os (1/2); seed (rehearsal) (1/2)'
+    'os (1/2); seed (not secure) (1/2)'
     >>> key_cell([{}])
     '-'
     """
     origins = [str(r["key_origin"]) for r in rows if r.get("key_origin")]
     if not origins:
         return "-"
-    names = {o: f"{o} (rehearsal)" if o == "seed" else o for o in origins}
+    names = {o: f"{o} (not secure)" if o == "seed" else o for o in origins}
     if len(names) == 1:
         return names[origins[0]]
     return "; ".join(

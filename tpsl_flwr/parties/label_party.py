@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from tpsl_flwr.compact_ints import label_dtype
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.finite import all_finite
+from tpsl_flwr.noise_binding import check_bound
 from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import OptimizerFactory, adam
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
@@ -140,6 +141,14 @@ class LabelParty:
         self.key = key
         self.placement = check_placement(placement)
         self.reuse_noise = reuse_noise
+        check_bound(  # a release's key at other settings: refused here
+            key,
+            None,
+            mechanism=mechanism,
+            placement=self.placement,
+            reuse_noise=reuse_noise,
+            user="LabelParty",
+        )
         self.optimizer = (optimizer or adam(1e-3))(top.parameters())
         self.steps = 0
         self.noise_cache_bytes = int(noise_cache_bytes)

@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import logging
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,6 +60,13 @@ class NoiseKey:
 
     key: bytes = field(repr=False)
     secure: bool = True
+    binding: tuple[tuple[str, object], ...] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """The noise settings of the one release this key serves (sorted
+    ``(name, value)`` pairs), set by the label party's store when it opens the
+    release: whatever trains with the key checks them against its own
+    (:meth:`bound_to`). ``None``: a key built by hand (tests, audits)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, bytes) or len(self.key) != KEY_BYTES:
@@ -108,6 +116,19 @@ class NoiseKey:
             raise ConfigError(f"context must be bytes, got {type(context).__name__}")
         digest = hmac.new(self.key, b"tpsl-flwr release key v1" + context, "sha256")
         return NoiseKey(digest.digest(), secure=self.secure)
+
+    def bound_to(self, settings: Mapping[str, object]) -> NoiseKey:
+        """The same key, carrying the settings of the one release it serves.
+
+        Examples
+        --------
+        >>> key = NoiseKey.from_seed(1).bound_to({"mechanism": "laplace"})
+        >>> dict(key.binding), key == NoiseKey.from_seed(1)
+        ({'mechanism': 'laplace'}, True)
+        """
+        return NoiseKey(
+            self.key, secure=self.secure, binding=tuple(sorted(settings.items()))
+        )
 
     def to_hex(self) -> str:
         """The key as hex text, to store in the label party's own checkpoint."""

@@ -213,7 +213,11 @@ def _add_flower_run(subparsers: Any) -> None:
 
 
 def add_release_flags(parser: argparse.ArgumentParser) -> None:
-    """``--new-release`` and ``--privacy-budget``: the label party's decisions."""
+    """The label party's decisions as flags.
+
+    ``--new-release``, ``--privacy-budget``, ``--release`` and
+    ``--unprotected-release``.
+    """
     group = parser.add_argument_group(
         "label party only", "never in the run config the nodes receive"
     )
@@ -230,6 +234,17 @@ def add_release_flags(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="refuse a release taking the label set's total epsilon above this "
         "(0: no budget)",
+    )
+    group.add_argument(
+        "--release",
+        action="store_true",
+        help="count the run as a release in the privacy ledger although the label "
+        "party starts every node (a rehearsal otherwise: recorded, not counted)",
+    )
+    group.add_argument(
+        "--unprotected-release",
+        action="store_true",
+        help="allow a release with mechanism none (refused without it)",
     )
 
 

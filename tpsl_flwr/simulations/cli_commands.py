@@ -63,6 +63,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         new_release=args.new_release,
         privacy_budget=args.privacy_budget,
+        release=args.release,
+        unprotected_release=args.unprotected_release,
     )
     print(
         f"tpsl-flwr sweep: ran {len(done['ran'])}, skipped {len(done['skipped'])} "
@@ -77,14 +79,25 @@ def cmd_flower_run(args: argparse.Namespace) -> int:
 
     from tpsl_flwr.engines.flower_run import app_config, run_on_ray, source_app_dir
     from tpsl_flwr.experiments.config import ExperimentConfig
-    from tpsl_flwr.experiments.experiment import provide_seeded_key
+    from tpsl_flwr.experiments.experiment import (
+        preflight_release,
+        provide_seeded_key,
+    )
     from tpsl_flwr.experiments.run_folder import prepare_run_folder
 
     app_dir = source_app_dir() if args.app_dir is None else Path(args.app_dir)
     # A simulation audits its transcript unless told otherwise.
     overrides = {"audit": True, **parse_overrides(args.run_config)}
     # Validate the whole config here: a bad value fails now, not inside Flower.
-    cfg = ExperimentConfig.from_run_config({**app_config(app_dir), **overrides})
+    cfg = dataclasses.replace(
+        ExperimentConfig.from_run_config({**app_config(app_dir), **overrides}),
+        noise_seed=-1 if args.noise_seed is None else args.noise_seed,
+        new_release=args.new_release,
+        privacy_budget=args.privacy_budget,
+        release=args.release,
+        unprotected_release=args.unprotected_release,
+    )
+    preflight_release(cfg)  # a refused release leaves the folder untouched
     prepare_run_folder(
         cfg.out_dir,
         resume=cfg.resume,
@@ -94,14 +107,7 @@ def cmd_flower_run(args: argparse.Namespace) -> int:
         hint="pass --overwrite to replace it or --run-config resume=true to "
         "continue it",
     )
-    provide_seeded_key(
-        dataclasses.replace(
-            cfg,
-            noise_seed=-1 if args.noise_seed is None else args.noise_seed,
-            new_release=args.new_release,
-            privacy_budget=args.privacy_budget,
-        )
-    )
+    provide_seeded_key(cfg)
     results = run_on_ray(
         overrides, app_dir=app_dir, timeout=args.timeout, echo=sys.stdout
     )
@@ -121,14 +127,31 @@ def summary_line(command: str, results: dict[str, Any]) -> str:
     tpsl-flwr flower-run: test_auc 0.6123, epsilon spent 1.0 (total 1.0),
     2410 samples/s, training 41.7 s (label party), wall 55.6 s (flwr run, incl. Ray
     start-up); results in /tmp/run/results.json
+
+    A run says whether it was a release or a rehearsal (not counted):
+
+    >>> print(summary_line("simulate", {
+    ...     "test_auc": 0.7, "epsilon_spent": 1.0, "epsilon_total": 0.0,
+    ...     "run_kind": "rehearsal", "samples_per_second": 10, "seconds": 1,
+    ...     "config": {"out-dir": "/tmp/run"}}))  # doctest: +NORMALIZE_WHITESPACE
+    tpsl-flwr simulate: test_auc 0.7000, epsilon spent 1.0 (rehearsal: not counted;
+    total of releases 0.0), 10 samples/s, training 1.0 s (label party); results in
+    /tmp/run/results.json
     """
     from tpsl_flwr.experiments.experiment import RESULTS_FILE
 
     metric = "test_auc" if "test_auc" in results else "test_accuracy"
+    total = results.get("epsilon_total", results["epsilon_spent"])
+    kind = results.get("run_kind")
     parts = [
         f"{metric} {results.get(metric, float('nan')):.4f}",
         f"epsilon spent {results['epsilon_spent']} "
-        f"(total {results.get('epsilon_total', results['epsilon_spent'])})",
+        + (
+            f"(total {total})"
+            if kind is None
+            else f"({kind}{': not counted' if kind == 'rehearsal' else ''}; "
+            f"total of releases {total})"
+        ),
         f"{results['samples_per_second']:.0f} samples/s",
         f"training {results['seconds']:.1f} s (label party)",
     ]

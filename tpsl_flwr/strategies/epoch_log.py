@@ -19,7 +19,7 @@ from flwr.serverapp.strategy import Result
 from tpsl_flwr.attacks.ceiling import BELOW
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.accounting import PrivacySpent
-from tpsl_flwr.release_record import LedgerView, check_spend
+from tpsl_flwr.release_record import LedgerView
 
 __all__ = [
     "NOTHING_TO_DO",
@@ -159,6 +159,22 @@ def progress_line(entry: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def run_kind_text(kind: str) -> str:
+    """``kind`` in words, for the progress and summary lines.
+
+    Examples
+    --------
+    >>> run_kind_text("rehearsal")[:42]
+    'rehearsal (every node started by the label'
+    """
+    if kind == "rehearsal":
+        return (
+            "rehearsal (every node started by the label party: recorded in the "
+            "ledger, not counted in the total)"
+        )
+    return "release (its transcript reaches nodes the label party did not start)"
+
+
 def log_settings(
     party: LabelParty,
     spent: PrivacySpent,
@@ -174,12 +190,8 @@ def log_settings(
     set's total over every recorded release; without one, a protected run
     warns that no ledger records it.
 
-    Raises
-    ------
-    PrivacyError
-        If the run spends more releases per label than its ledger line
-        recorded (:func:`~tpsl_flwr.release_record.check_spend`): the strategy
-        starts no node then.
+    The strategy checked its release before this (in ``__init__``:
+    :func:`~tpsl_flwr.strategies.epoch_loop.restore_release`).
     """
     mech = party.mechanism
     param = f"{mech.parameter}={mech.parameter_value}" if mech.parameter else "no noise"
@@ -193,7 +205,6 @@ def log_settings(
         party.reuse_noise,
     )
     log(INFO, "\t├── Epsilon spent per label: %s", spent.epsilon)
-    check_spend(ledger, spent)  # never more than the ledger recorded
     if ledger is not None:
         log(
             INFO,
@@ -202,6 +213,7 @@ def log_settings(
             ledger.total.releases,
             "" if ledger.total.releases == 1 else "s",
         )
+        log(INFO, "\t├── This run is a %s", run_kind_text(ledger.kind))
     elif mech.protects:
         log(
             WARNING,

@@ -17,7 +17,9 @@ from flwr.serverapp import Grid
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
 from tpsl_flwr.errors import ConfigError, PrivacyError
+from tpsl_flwr.noise_binding import check_bound
 from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
+from tpsl_flwr.release_record import check_spend
 from tpsl_flwr.strategies.evaluation_query import evaluate, scale_setting
 from tpsl_flwr.strategies.exchange import exchange
 from tpsl_flwr.strategies.pipeline import train_steps
@@ -156,18 +158,53 @@ class StepState:
 
 
 def restore_release(strategy: TPSLStrategy, release: Release) -> None:
-    """Continue from a release: same key, the saved state and history.
+    """Check the strategy against its release; continue from its saved state.
+
+    Before any step: the release's key is the label party's, the party
+    states the release's mechanism, parameter, placement and noise reuse
+    (:func:`~tpsl_flwr.noise_binding.check_bound`), the strategy spends no
+    more releases per label than the ledger recorded, and holds out the
+    validation ids the release was bound to.
 
     Raises
     ------
     PrivacyError
-        If the release's key is not the label party's.
+        Naming what differs; nothing is sent then.
     """
     party = strategy.party
     if release.key != party.key:
         raise PrivacyError(
             f"the release's key ({release.key.fingerprint}) is not the label "
             f"party's ({party.key.fingerprint})"
+        )
+    check_bound(
+        party.key,
+        release.binding,
+        mechanism=party.mechanism,
+        placement=party.placement,
+        reuse_noise=party.reuse_noise,
+        user="TPSLStrategy",
+    )
+    check_spend(release.ledger, strategy.privacy)
+    opened = release.privacy
+    if opened is not None and strategy.privacy.releases > opened.releases:
+        raise PrivacyError(
+            f"TPSLStrategy spends {strategy.privacy.releases} release(s) per label "
+            f"({strategy.epochs} epochs) but its release was opened for "
+            f"{opened.releases} ({opened.epochs} epochs): state the release's epochs"
+        )
+    bound = None if release.binding is None else release.binding.settings
+    held_out = strategy.validation.fraction
+    if (
+        bound is not None
+        and "validation-fraction" in bound
+        and (float(bound["validation-fraction"]) != held_out)
+    ):
+        raise PrivacyError(
+            f"TPSLStrategy holds out validation-fraction {held_out} but its "
+            f"release was bound to {bound['validation-fraction']}: ids whose "
+            "noisy labels were released for validation would be trained on (or "
+            "the reverse); state the release's value"
         )
     if release.party_state is not None:
         party.load_state_dict(release.party_state)

@@ -361,6 +361,7 @@ class Validation:
     """
 
     def __init__(self, num_train: int, fraction: float, seed: int) -> None:
+        self.fraction = float(fraction)
         self.ids = validation_ids(num_train, fraction, seed)
         trained = np.ones(num_train, dtype=bool)
         trained[self.ids] = False

@@ -195,6 +195,9 @@ class TPSLStrategy(Strategy):
         self.history: list[dict[str, Any]] = []
         self.start_epoch = 0
         self.store = store
+        self.released_gradients = release is not None and release.resumed
+        """True once a perturbed gradient was made for the nodes (it may
+        have left): a fresh release that fails before is voided."""
         self._state = StepState()
         self.lr_schedule = lr_schedule
         lr_scale(lr_schedule, 0, 1)  # refuses an unknown schedule
@@ -320,6 +323,7 @@ class TPSLStrategy(Strategy):
             else:
                 grad = self.party.train_step(ids, emb, epoch=state.epoch)
             state.pending.append((ids, grad))
+            self.released_gradients = True
             state.samples += ids.size
         return None, MetricRecord({"samples": state.samples})
 
