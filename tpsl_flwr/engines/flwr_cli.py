@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpsl_flwr.engines.app_bundle import staged_app
 from tpsl_flwr.engines.flower_env import flwr_executable
 from tpsl_flwr.engines.processes import FlowerLaunchError
 
@@ -145,13 +146,33 @@ def flwr_run(
     log_path: Path,
     timeout: float,
 ) -> tuple[int | None, int, str, float]:
-    """Run ``flwr run <app> <connection> --stream``; return id, code, output, s."""
-    cmd = [flwr_executable(), "run", str(app_dir), connection, "--stream"]
-    cmd += list(extra_args)
+    """Run ``flwr run <app> <connection> --stream``; return id, code, output, s.
+
+    Flower bundles the app from a private staged copy holding only its
+    ``pyproject.toml`` and its components' code
+    (:func:`~tpsl_flwr.engines.app_bundle.staged_app`), never from ``app_dir``
+    itself, whose other files (run folders, keys, results) would otherwise be
+    sent to every node. A file named like a private output in that code raises
+    :class:`~tpsl_flwr.errors.PrivacyError` before the CLI starts.
+    """
     start = time.perf_counter()
     # A new file (new inode), never the last run's truncated: a follower of
     # the old file can never show its lines as this run's.
     log_path.unlink(missing_ok=True)
+    with staged_app(app_dir) as staged:
+        cmd = [flwr_executable(), "run", str(staged), connection, "--stream"]
+        cmd += list(extra_args)
+        returncode = _run_cli(cmd, env, log_path, timeout, f"{app_dir} {connection}")
+    wall_s = time.perf_counter() - start
+    output = log_path.read_text(encoding="utf-8", errors="replace")
+    match = _RUN_ID_RE.search(output)
+    return (int(match.group(1)) if match else None), returncode, output, wall_s
+
+
+def _run_cli(
+    cmd: list[str], env: Mapping[str, str], log_path: Path, timeout: float, what: str
+) -> int:
+    """Run ``cmd`` with its output in a new ``log_path`` (0600); its exit code."""
     # 0600: the log holds the label party's per-epoch test metrics.
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with open(fd, "w", encoding="utf-8") as log_file:
@@ -162,14 +183,11 @@ def flwr_run(
             returncode = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise FlowerLaunchError(
-                f"`flwr run {app_dir} {connection}` did not finish within "
+                f"`flwr run {what}` did not finish within "
                 f"{timeout:g} s (details: {log_path})"
             ) from None
         finally:
             if proc.poll() is None:  # timeout or interrupt: stop the CLI
                 proc.kill()
                 proc.wait()
-    wall_s = time.perf_counter() - start
-    output = log_path.read_text(encoding="utf-8", errors="replace")
-    match = _RUN_ID_RE.search(output)
-    return (int(match.group(1)) if match else None), returncode, output, wall_s
+    return returncode
