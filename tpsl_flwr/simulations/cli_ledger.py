@@ -1,8 +1,10 @@
 """``tpsl-flwr ledger``: read the privacy ledger, acknowledge a further release.
 
 * ``ledger show [--ledger-dir D]``: every label set the label party has
-  released, each release on a line (key, mechanism, epsilon, epochs, run,
-  time) and the set's total, pure and at ``delta = 1e-5``.
+  released or rehearsed, each line marked ``release``, ``rehearsal`` (not
+  counted) or ``void`` (failed before a gradient left), with its key,
+  mechanism, epsilon, epochs, run and time, and the set's total over its
+  counted releases, pure and at ``delta = 1e-5``.
 * ``ledger acknowledge LABEL_DIR [--budget X]``: the label party's decision
   that the next fresh run with that ``label-dir`` is a further release (for
   plain ``flwr run``, whose ServerApp finds it in the folder; the CLI's
@@ -49,6 +51,16 @@ def add_ledger_parser(subparsers: Any, number: Any) -> None:
         default=None,
         help="refuse the release if the label set's total epsilon would exceed this",
     )
+    ack.add_argument(
+        "--unprotected",
+        action="store_true",
+        help="allow the release to be unprotected (mechanism none)",
+    )
+    ack.add_argument(
+        "--release",
+        action="store_true",
+        help="count the next run as a release whatever its engine",
+    )
     ledger.set_defaults(handler=cmd_ledger)
 
 
@@ -58,7 +70,9 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     from tpsl_flwr.ledger import PrivacyLedger
 
     if args.ledger_command == "acknowledge":
-        path = LabelStore(args.label_dir).acknowledge_new_release(args.budget)
+        path = LabelStore(args.label_dir).acknowledge_new_release(
+            args.budget, unprotected=args.unprotected, release=args.release
+        )
         budget = "" if args.budget is None else f", budget epsilon {args.budget:g}"
         print(
             f"tpsl-flwr ledger: the next fresh run with label-dir {args.label_dir!r} "
@@ -109,7 +123,8 @@ def ledger_text(ledger: Any) -> str:
                 else f"{entry['mechanism']} {entry['parameter']} {value:g}"
             )
             lines.append(
-                f"  {entry['time']}  key {entry['key_fingerprint']} "
+                f"  {entry['time']}  {entry.get('kind', 'release'):9}  "
+                f"key {entry['key_fingerprint']} "
                 f"({entry['key_origin']})"
                 f"  {setting}, {entry['placement']}, {entry['epochs']} epoch(s): "
                 f"epsilon {entry['epsilon']}  run {entry['run'] or '-'}"

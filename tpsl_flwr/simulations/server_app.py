@@ -53,11 +53,12 @@ def main(grid: Grid, context: Context) -> None:
     log(
         INFO,
         "TPSL finished: training %.1f s (label party), %s %.4f, epsilon spent %s "
-        "(total %s); results in %s",
+        "(%s; total of releases %s); results in %s",
         results["seconds"],
         metric,
         results.get(metric, float("nan")),
         results["epsilon_spent"],
+        results.get("run_kind"),
         results.get("epsilon_total"),
         out / RESULTS_FILE,
     )
