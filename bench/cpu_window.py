@@ -27,6 +27,7 @@ KINDS = (
     ("flower-superexec", "flower-superexec"),
     ("flower-supernode", "flower-supernode"),
     ("flower-superlink", "flower-superlink"),
+    ("tpsl_flwr.engines.superlink_guard", "flower-superlink"),
     ("flwr-serverapp", "label party (flwr-serverapp)"),
     (" party ", "party workers"),
 )

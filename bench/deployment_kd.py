@@ -357,7 +357,7 @@ def print_cpu(rows: dict[tuple[str, int, int, str], dict[str, Any]]) -> None:
     if not runs:
         return
     cpus = os.cpu_count() or 1
-    kinds = [k for _, k in KINDS] + ["other", "machine"]
+    kinds = [*dict.fromkeys(k for _, k in KINDS), "other", "machine"]
     print()
     print(
         "CPU seconds per train message in the steady state (SuperNode 0's first "

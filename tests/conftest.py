@@ -1,7 +1,13 @@
 """Fixtures shared by the test modules."""
 
+import json
 import os
-from collections.abc import Iterator
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -55,3 +61,63 @@ def kernel_backend(request: pytest.FixtureRequest, monkeypatch) -> str:
         pytest.fail("numba is a dependency: the compiled kernels must be enabled")
     monkeypatch.setattr(kernels, "ENABLED", request.param == "compiled")
     return str(request.param)
+
+
+_POST_AS = """\
+import json, ssl, sys, urllib.error, urllib.request
+context = ssl._create_unverified_context()  # another user cannot read the CA
+out = {}
+for path in sys.argv[2:]:
+    request = urllib.request.Request(
+        sys.argv[1] + path, data=b"", method="POST",
+        headers={"Content-Type": "application/protobuf"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=20, context=context) as r:
+            out[path] = [r.status, r.read(200).decode(errors="replace")]
+    except urllib.error.HTTPError as err:
+        out[path] = [err.code, err.read(200).decode(errors="replace")]
+print(json.dumps(out))
+"""
+NOBODY = ["--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+LIST_RUNS = "/v1/control/list-runs"
+GUARDED = [LIST_RUNS, "/v1/control/start-run", "/v1/runtime/acquire-task"]
+
+
+@pytest.fixture
+def only_this_user() -> Callable[[str, Path], None]:
+    """Check that a SuperLink answers this OS user alone (the peer-uid guard).
+
+    ``only_this_user(base, superlink_log)`` POSTs (empty protobuf bodies, from
+    fresh processes) Control ``list-runs`` and ``start-run`` and Runtime
+    ``acquire-task`` to ``base`` as ``nobody`` (``setpriv`` to uid/gid 65534,
+    no groups), asserts each gets the guard's 403 and the SuperLink's log
+    names the refusal, and that ``list-runs`` as this user gets 200.
+    Skipped unless the test runs as root (another uid needs root).
+    """
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to make calls as another uid (nobody)")
+
+    def post(base: str, paths: list[str], prefix: list[str]) -> dict[str, Any]:
+        cmd = [*prefix, sys.executable, "-I", "-c", _POST_AS, base, *paths]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        answers: dict[str, Any] = json.loads(done.stdout)
+        return answers
+
+    def check(base: str, superlink_log: Path) -> None:
+        other = post(base, GUARDED, [str(setpriv), *NOBODY])
+        mine = post(base, [LIST_RUNS], [])
+        for path in GUARDED:
+            status, body = other[path]
+            assert status == 403, (path, other)
+            assert "not the SuperLink's OS user" in body, (path, other)
+        assert mine[LIST_RUNS][0] == 200, mine
+        text = superlink_log.read_text(errors="replace")
+        assert f"peer-uid guard: refused http {LIST_RUNS}" in text
+        assert "(uid 65534)" in text
+
+    return check

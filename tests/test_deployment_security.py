@@ -8,8 +8,10 @@ folder) runs on it once; a SuperNode with a key pair that was never
 registered and plaintext clients (a ``--insecure`` SuperNode, the ``flwr``
 CLI with ``insecure = true``) must be refused, and so must the Control API
 (``flwr ls``, ``run``, ``log``, ``supernode register``) at the proxy's
-address, while it works on the loopback address. Every process is ended by
-PID at the end and checked with :func:`find_launched_processes`.
+address, while it works on the loopback address; on that loopback address,
+Control and Runtime calls from another OS user (``nobody``) get the peer-uid
+guard's 403. Every process is ended by PID at the end and checked with
+:func:`find_launched_processes`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import os
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -411,3 +413,13 @@ def test_control_api_is_refused_through_the_proxy(
     # The label party's loopback Control API serves the same commands
     returncode, text = out["loopback-log"]
     assert returncode == 0 and "Start `flwr-serverapp` process" in text, text
+
+
+def test_loopback_apis_answer_only_the_label_partys_os_user(
+    only_this_user: Callable[[str, Path], None], secure_runtime: DeploymentRuntime
+) -> None:
+    # Over TLS as over plaintext (tests/test_superlink_guard.py): another local
+    # user gets 403 from Control and Runtime on 127.0.0.1, the label party 200
+    runtime = secure_runtime
+
+    only_this_user(f"https://{runtime.address}", runtime.log_dir / "superlink.log")

@@ -26,6 +26,8 @@ Real Flower processes, launched through Flower's CLI and ended by PID:
   registered SuperNodes (:mod:`~tpsl_flwr.engines.deployment_security`,
   :mod:`~tpsl_flwr.engines.certificates`), with a party worker beside each
   SuperNode on request (:mod:`~tpsl_flwr.engines.party_workers`);
+* :mod:`~tpsl_flwr.engines.superlink_guard`: both launchers' SuperLink, which
+  answers only the label party's OS user (a peer-uid check of each request);
 * :mod:`~tpsl_flwr.engines.launch`: the public launcher names of the modules
   above, re-exported;
 * :mod:`~tpsl_flwr.engines.flower_run`: the TPSL app on Ray, results read back.

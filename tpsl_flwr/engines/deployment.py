@@ -8,10 +8,11 @@ all their descendants, by PID
 
 With ``secure=True`` it runs over TLS with authenticated SuperNodes, and the
 SuperNodes reach the SuperLink only through an nginx proxy that forwards the
-Fleet API alone (:mod:`~tpsl_flwr.engines.fleet_proxy`): the Control and
-Runtime APIs stay on loopback, for the label party. The TLS support
-(certificates, SuperNode registration, ``/health``) and the ``flwr`` CLI calls
-are in :mod:`~tpsl_flwr.engines.deployment_security`.
+Fleet API alone (:mod:`~tpsl_flwr.engines.fleet_proxy`). In both modes the
+SuperLink stays on loopback and answers only the label party's OS user
+(:mod:`~tpsl_flwr.engines.superlink_guard`). The TLS support (certificates,
+SuperNode registration, readiness) and the ``flwr`` CLI calls are in
+:mod:`~tpsl_flwr.engines.deployment_security`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from tpsl_flwr.engines.processes import (
     FlowerLaunchError,
     terminate_launched,
 )
+from tpsl_flwr.engines.superlink_guard import superlink_command
 from tpsl_flwr.wire import protocol as P
 
 __all__ = ["DeploymentRuntime"]
@@ -55,7 +57,8 @@ class DeploymentRuntime:
     """A SuperLink and N SuperNodes on loopback, as a context manager.
 
     On entry it starts ``flower-superlink --insecure --host 127.0.0.1 --port P``
-    (one HTTP port serves the Fleet, Control and Runtime APIs in 1.42) and, for
+    (one HTTP port serves the Fleet, Control and Runtime APIs in 1.42), behind
+    the peer-uid guard (only this OS user's processes reach it), and, for
     each party ``i``, ``flower-supernode --insecure --superlink 127.0.0.1:P
     --port Q_i --node-config "partition-id=i num-partitions=N ..."`` (``Q_i`` is
     the SuperNode's own Runtime API port and must differ per SuperNode), with
@@ -214,7 +217,7 @@ class DeploymentRuntime:
         )
         self._spawn(
             [
-                "flower-superlink",
+                *superlink_command(),
                 *self._superlink_security_args(),
                 "--host",
                 "127.0.0.1",
@@ -265,8 +268,7 @@ class DeploymentRuntime:
                 ],
                 logs[-1],
             )
-        # Plaintext SuperNodes start alongside the SuperLink (they retry
-        # until it is up)
+        # Plaintext SuperNodes start alongside the SuperLink (they retry)
         self._wait(self.superlink_healthy, deadline)
         found = security.log_contains
         self._wait(lambda: all(found(x, _SUPERNODE_READY_RE) for x in logs), deadline)
@@ -274,7 +276,7 @@ class DeploymentRuntime:
             self._wait(self.workers.ready, deadline)
 
     def superlink_healthy(self) -> bool:
-        """Whether the SuperLink answers ``GET /health`` (HTTPS if ``secure``)."""
+        """Whether the guarded SuperLink answers (HTTPS if ``secure``)."""
         return security.superlink_healthy(self.address, self.certificates)
 
     def supernode_security_args(self, index: int | None = None) -> list[str]:
@@ -414,6 +416,5 @@ class DeploymentRuntime:
         return security.superlink_security_args(self.certificates)
 
     def _names(self) -> list[str]:
-        return ["flower-superlink"] + [
-            f"flower-supernode {i}" for i in range(len(self._procs) - 1)
-        ]
+        nodes = range(len(self._procs) - 1)
+        return ["flower-superlink", *(f"flower-supernode {i}" for i in nodes)]

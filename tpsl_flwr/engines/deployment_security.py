@@ -9,10 +9,11 @@ starts with ``--root-certificates`` and ``--auth-supernode-private-key``; and
 the ``flwr`` CLI's connection has ``root-certificates`` instead of
 ``insecure = true``. The certificates and keys come from
 :mod:`~tpsl_flwr.engines.certificates` (a local CA, for loopback only).
-The SuperLink itself listens on 127.0.0.1 only: the connection written here
-(and so registration and every ``flwr`` call) uses that loopback Control
-API, and the SuperNodes reach the Fleet API through
-:mod:`~tpsl_flwr.engines.fleet_proxy`.
+The SuperLink itself listens on 127.0.0.1 only, behind
+:mod:`~tpsl_flwr.engines.superlink_guard` (it answers only this OS user's
+processes): the connection written here (and so registration and every
+``flwr`` call) uses that loopback Control API, and the SuperNodes reach the
+Fleet API through :mod:`~tpsl_flwr.engines.fleet_proxy`.
 
 The readiness probes (:func:`superlink_healthy`, :func:`log_contains`) live
 here too. The functions take the few values they need (address,
@@ -28,7 +29,6 @@ import re
 import ssl
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from tpsl_flwr.engines.certificates import (
 )
 from tpsl_flwr.engines.flower_env import flwr_executable, read_toml
 from tpsl_flwr.engines.processes import FlowerLaunchError
+from tpsl_flwr.engines.superlink_guard import guard_ready
 
 __all__ = [
     "list_supernodes",
@@ -132,7 +133,7 @@ def supernode_security_args(
 
 
 def superlink_healthy(address: str, certificates: LocalCertificates | None) -> bool:
-    """Whether the SuperLink answers ``GET /health``.
+    """Whether the SuperLink answers, behind the peer-uid guard.
 
     Parameters
     ----------
@@ -144,14 +145,21 @@ def superlink_healthy(address: str, certificates: LocalCertificates | None) -> b
     Returns
     -------
     bool
-        ``True`` on a ``200`` answer within 0.5 s.
+        ``True`` once :func:`~tpsl_flwr.engines.superlink_guard.guard_ready`.
+
+    Raises
+    ------
+    FlowerLaunchError
+        If a server answers there without the guard, or another user's
+        socket listens on the port.
     """
     if not address:
         return False
     if certificates is None:
-        return _http_ok(f"http://{address}/health")
-    context = ssl.create_default_context(cafile=str(certificates.ca_certfile))
-    return _http_ok(f"https://{address}/health", context)
+        return guard_ready(address)
+    return guard_ready(
+        address, ssl.create_default_context(cafile=str(certificates.ca_certfile))
+    )
 
 
 def write_connection(
@@ -337,14 +345,6 @@ def log_contains(path: Path, pattern: re.Pattern[str]) -> bool:
             pattern.search(path.read_text(encoding="utf-8", errors="replace"))
             is not None
         )
-    except OSError:
-        return False
-
-
-def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=0.5, context=context) as response:
-            return bool(response.status == 200)
     except OSError:
         return False
 

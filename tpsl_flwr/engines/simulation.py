@@ -1,10 +1,15 @@
-"""Ray simulation: ``flwr run <app> local --stream`` on a local SuperLink.
+"""Ray simulation: ``flwr run <app> <connection> --stream`` on a local SuperLink.
 
 :func:`run_flwr_simulation` runs a Flower app on Flower's simulation engine
-(Ray) behind a managed local SuperLink on free loopback ports, reads the run's
+(Ray) behind a managed local SuperLink on a free loopback port, reads the run's
 status, and ends every process the run started, by PID
 (:func:`~tpsl_flwr.engines.processes.terminate_launched`), also on timeout or
-error.
+error. The SuperLink is the one ``flwr run . local`` would start
+(``flower-superlink --simulation``), but started here, behind the peer-uid
+guard (:mod:`~tpsl_flwr.engines.superlink_guard`): only this OS user's
+processes reach its Control and Runtime APIs. ``flwr run`` gets an explicit
+connection to it, never ``local``, so it cannot fall back to starting an
+unguarded one.
 
 On a running Ray cluster. Flower's Ray backend calls ``ray.init()`` without
 an address, so the run joins the cluster Ray's own resolution names
@@ -19,11 +24,15 @@ are ended.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tpsl_flwr.engines.deployment_security import write_connection
 from tpsl_flwr.engines.flower_env import (
     check_run_config,
     free_ports,
@@ -32,15 +41,28 @@ from tpsl_flwr.engines.flower_env import (
     write_run_config,
 )
 from tpsl_flwr.engines.flwr_cli import CompletedRun, flwr_run, query_status
-from tpsl_flwr.engines.processes import LAUNCH_ID_ENV, terminate_launched
+from tpsl_flwr.engines.processes import (
+    LAUNCH_ID_ENV,
+    FlowerLaunchError,
+    terminate_launched,
+)
 from tpsl_flwr.engines.ray_cluster import (
     RayTarget,
     client_resources,
     resolve_ray_target,
 )
+from tpsl_flwr.engines.superlink_guard import guard_ready, superlink_command
 from tpsl_flwr.errors import ConfigError
 
-__all__ = ["run_flwr_simulation"]
+__all__ = ["CONNECTION", "run_flwr_simulation", "start_simulation_superlink"]
+
+CONNECTION = "tpsl-local"
+"""Name of the connection to the run's SuperLink in ``flwr_home/config.toml``."""
+
+SUPERLINK_STARTUP_S = 60.0
+"""Seconds the local SuperLink may take to answer."""
+
+_NEW_PRIVATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 
 
 def run_flwr_simulation(
@@ -56,13 +78,15 @@ def run_flwr_simulation(
     grace_s: float = 10.0,
     ray_target: RayTarget | None = None,
 ) -> CompletedRun:
-    """Run a Flower app in Ray simulation with ``flwr run <app> local --stream``.
+    """Run a Flower app in Ray simulation with ``flwr run <app> <conn> --stream``.
 
-    Processes. ``flwr run`` (a child of this process) starts a detached local
-    ``flower-superlink --simulation`` on two free loopback ports chosen here
-    (``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT``, ``FLWR_LOCAL_CONTROL_API_PORT``,
-    so the run never joins another session's SuperLink on the default 39091);
-    the SuperLink starts ``flower-superexec``, which starts ``flwr-simulation``
+    Processes. A local ``flower-superlink --simulation`` starts here on a free
+    loopback port, behind the peer-uid guard (so the run never joins another
+    session's SuperLink on the default 39091, and no other OS user reaches
+    it), with its log in ``flwr_home/local-superlink/superlink.log``; once the
+    guard answers, ``flwr run`` (a child of this process) runs the app on the
+    connection :data:`CONNECTION` written to ``flwr_home/config.toml``. The
+    SuperLink starts ``flower-superexec``, which starts ``flwr-simulation``
     for the run, which starts Ray (GCS, raylet, workers) and stops it when the
     run ends. ``flwr run --stream`` returns when the run's logs end. The run's
     status is then read with ``flwr ls``, and the SuperLink and everything
@@ -115,7 +139,9 @@ def run_flwr_simulation(
     Raises
     ------
     FlowerLaunchError
-        On timeout, or if ``check`` and the run did not complete.
+        On timeout, if the guarded SuperLink does not start (or a server
+        without the guard answers on its port), or if ``check`` and the run
+        did not complete.
     ConfigError
         If a ``run_config`` key is not in the app's config; if the Ray
         cluster named by ``RAY_ADDRESS`` (or the latest ``ray start``) does
@@ -133,11 +159,8 @@ def run_flwr_simulation(
     flwr_home.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
     launch_id = uuid.uuid4().hex
-    http_port, control_port = free_ports(2)
     env = offline_flower_env(flwr_home)
     env[LAUNCH_ID_ENV] = launch_id
-    env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(http_port)
-    env["FLWR_LOCAL_CONTROL_API_PORT"] = str(control_port)
     target = resolve_ray_target(env) if ray_target is None else ray_target
     # Pin what was checked: a record written after the check must not redirect
     # the run's ray.init() (``local``: a new instance, never a recorded one).
@@ -156,10 +179,13 @@ def run_flwr_simulation(
         )
     args = ["--federation-config", kv_option(fed)]
     args += write_run_config(run_config or {}, log_dir / "run-config.toml")
+    procs: list[subprocess.Popen[bytes]] = []
     try:
+        address = start_simulation_superlink(flwr_home, env, procs)
+        write_connection(flwr_home, CONNECTION, address, None)
         run_id, returncode, output, wall_s = flwr_run(
             app_dir,
-            "local",
+            CONNECTION,
             args,
             env,
             log_dir / "flwr-run.log",
@@ -167,9 +193,9 @@ def run_flwr_simulation(
         )
         status, details = "unknown", "run was not created"
         if run_id is not None:
-            status, details = query_status(env, "local", run_id)
+            status, details = query_status(env, CONNECTION, run_id)
     finally:
-        terminate_launched(launch_id, grace_s=grace_s)
+        terminate_launched(launch_id, procs, grace_s=grace_s)
     result = CompletedRun(
         run_id=run_id,
         status=status,
@@ -181,3 +207,64 @@ def run_flwr_simulation(
         launch_id=launch_id,
     )
     return result.check() if check else result
+
+
+def start_simulation_superlink(
+    flwr_home: Path, env: dict[str, str], procs: list[subprocess.Popen[bytes]]
+) -> str:
+    """Start a guarded ``flower-superlink --simulation``; return its address.
+
+    Parameters
+    ----------
+    flwr_home : Path
+        ``FLWR_HOME``; its ``local-superlink`` folder (0700) gets the log
+        (``superlink.log``), the console output and the database.
+    env : dict[str, str]
+        Environment (with the launch marker: the caller ends it by PID).
+    procs : list[subprocess.Popen[bytes]]
+        The started process is appended here, also when it fails to start.
+
+    Returns
+    -------
+    str
+        ``127.0.0.1:PORT``, once the peer-uid guard answers there.
+
+    Raises
+    ------
+    FlowerLaunchError
+        If it exits or does not answer within :data:`SUPERLINK_STARTUP_S`,
+        or if a server without the guard answers on its port.
+
+    Notes
+    -----
+    The arguments are those of Flower's own local SuperLink
+    (``flwr/cli/local_superlink.py``), on a free port.
+    """
+    folder = flwr_home / "local-superlink"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (port,) = free_ports(1)
+    args = ["--insecure", "--simulation", "--isolation", "subprocess"]
+    args += ["--host", "127.0.0.1", "--port", str(port)]
+    args += ["--log-file", str(folder / "superlink.log")]
+    args += ["--database", str(folder / "state.db")]
+    console = os.open(folder / "console.log", _NEW_PRIVATE, 0o600)
+    with open(console, "wb") as out:
+        procs.append(
+            subprocess.Popen(
+                superlink_command(args),
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        )
+    address = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + SUPERLINK_STARTUP_S
+    while not guard_ready(address):
+        if procs[0].poll() is not None or time.monotonic() > deadline:
+            raise FlowerLaunchError(
+                f"the local SuperLink did not start on {address} (exit code "
+                f"{procs[0].poll()}); see {folder / 'console.log'}"
+            )
+        time.sleep(0.2)
+    return address
