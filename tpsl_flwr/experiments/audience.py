@@ -177,6 +177,7 @@ PUBLIC_RUN_COLUMNS = (
     "epsilon_spent",
     "epsilon_total",
     "epsilon_total_now",
+    "epsilon_total_now_at_delta",
     "key_origin",
     "rehearsal",
     "samples_per_second",
