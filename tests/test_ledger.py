@@ -159,9 +159,9 @@ def test_composition_of_unprotected_and_gaussian_releases():
     )
     assert compose([laplace, clear]).epsilon == math.inf
     total = compose([laplace, gauss])
-    # No pure total with a Gaussian release; both are add/remove events, so
-    # the PLD still states an (eps, delta).
-    assert total.epsilon is None and 1.0 < total.epsilon_at_delta < math.inf
+    # No pure total with a Gaussian release (inf, never None); both are
+    # add/remove events, so the PLD still states an (eps, delta).
+    assert total.epsilon == math.inf and 1.0 < total.epsilon_at_delta < math.inf
 
 
 # ------------------------------------------------------------- keys bound
@@ -265,7 +265,7 @@ def test_ledger_cli_acknowledges_and_shows(tmp_path, capsys):
     capsys.readouterr()
     assert main(["ledger", "show"]) == 0
     shown = capsys.readouterr().out
-    assert "total epsilon 2.0 over 2 release(s)" in shown
+    assert "total epsilon 2 over 2 release(s)" in shown
     assert shown.count("laplace epsilon 1") == 2 and "[acknowledged]" in shown
     assert main(["ledger", "show", "--json"]) == 0
     (record,) = json.loads(capsys.readouterr().out)

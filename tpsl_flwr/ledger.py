@@ -190,24 +190,24 @@ class LedgerTotal:
         Distinct releases (noise keys), this one included.
     epsilon
         Pure epsilon composed over them (their sum); ``inf`` if any release
-        was unprotected, ``None`` if one has no pure guarantee (Gaussian).
+        was unprotected or has no pure guarantee (Gaussian), never None.
     epsilon_at_delta
         The epsilon at ``delta`` from dp-accounting's PLD accountant over the
-        same releases (never above ``epsilon``), or None where it is unknown.
+        same releases (never above ``epsilon``); ``inf`` where none exists.
     delta
         The delta of ``epsilon_at_delta``.
     """
 
     releases: int
-    epsilon: float | None
-    epsilon_at_delta: float | None
+    epsilon: float
+    epsilon_at_delta: float
     delta: float = DELTA
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``inf`` as the string ``"inf"``)."""
         out = asdict(self)
         for name in ("epsilon", "epsilon_at_delta"):
-            if out[name] is not None and math.isinf(out[name]):
+            if math.isinf(out[name]):
                 out[name] = "inf"
         return out
 
@@ -417,6 +417,11 @@ def compose_latest(entries: list[LedgerEntry]) -> LedgerTotal:
 def compose(entries: list[LedgerEntry], delta: float = DELTA) -> LedgerTotal:
     """Compose independent releases: pure eps adds; PLD where it is tighter.
 
+    A release without a pure guarantee (Gaussian) makes the pure total
+    ``inf``; its ``(eps, delta)`` comes from dp-accounting's PLD
+    (:func:`~tpsl_flwr.privacy.accounting.composed_epsilon_of`), ``inf``
+    where none exists (no protection; Gaussian at the cut layer).
+
     Examples
     --------
     >>> a = LedgerEntry("k1", "laplace", "epsilon", 1.0, 2, "logits", True, 3,
@@ -426,58 +431,34 @@ def compose(entries: list[LedgerEntry], delta: float = DELTA) -> LedgerTotal:
     >>> total = compose([a, b])
     >>> total.releases, total.epsilon, total.epsilon_at_delta <= 3.0
     (2, 3.0, True)
-
-    Laplace (add/remove) and randomized response (replace-one) share no
-    accountant: only the pure sum is stated then.
-
-    >>> c = LedgerEntry("k3", "discrete", "epsilon", 1.0, 2, "logits", True, 1,
-    ...                 1, 1.0, "os")
-    >>> compose([a, c]).epsilon, compose([a, c]).epsilon_at_delta
-    (2.0, None)
+    >>> g = LedgerEntry("k3", "gaussian", "sigma", 1.0, 2, "logits", True, 1,
+    ...                 1, None, "os")
+    >>> total = compose([a, g])
+    >>> total.epsilon, 4.38 < total.epsilon_at_delta < 5.38
+    (inf, True)
     """
     if not entries:
         return LedgerTotal(0, 0.0, 0.0, delta)
-    pure: float | None = 0.0
-    for entry in entries:
-        if entry.epsilon is None or pure is None:
-            pure = None
-        else:
-            pure += entry.epsilon
-    at_delta = _pld_epsilon(entries, delta)
-    if pure is not None and at_delta is not None:
-        at_delta = min(at_delta, pure)
+    pure = math.fsum(math.inf if e.epsilon is None else e.epsilon for e in entries)
+    at_delta = min(_pld_epsilon(entries, delta), pure)
     return LedgerTotal(len(entries), pure, at_delta, delta)
 
 
-def _pld_epsilon(entries: list[LedgerEntry], delta: float) -> float | None:
-    """dp-accounting's PLD epsilon over the releases' events (None if unknown)."""
-    import dp_accounting
-    from dp_accounting.pld import pld_privacy_accountant
-
+def _pld_epsilon(entries: list[LedgerEntry], delta: float) -> float:
+    """dp-accounting's PLD epsilon over the releases (``inf`` where none exists)."""
+    from tpsl_flwr.privacy.accounting import composed_epsilon_of
     from tpsl_flwr.privacy.mechanisms import make_mechanism
 
-    if any(e.epsilon is not None and math.isinf(e.epsilon) for e in entries):
-        return math.inf
-    events: list[dp_accounting.DpEvent] = []
-    neighboring = set()
+    releases = []
     for entry in entries:
         if entry.parameter is None or entry.parameter_value is None:
-            return None
-        if entry.mechanism == "gaussian" and entry.placement != "logits":
-            return None
+            return math.inf  # no noise parameter: unprotected
+        if entry.epsilon is None and entry.placement != "logits":
+            return math.inf  # Gaussian at the cut layer: sensitivity unbounded
         mechanism = make_mechanism(
             entry.mechanism,
             num_classes=entry.num_classes,
             **{entry.parameter: entry.parameter_value},
         )
-        events.extend([mechanism.dp_event()] * entry.releases)
-        neighboring.add(mechanism.neighboring)
-    if len(neighboring) != 1:
-        # Laplace (add/remove) and randomized response (replace-one) do not
-        # share one accountant: only the pure sum is stated then.
-        return None
-    accountant = pld_privacy_accountant.PLDAccountant(
-        neighboring.pop(), value_discretization_interval=1e-3
-    )
-    accountant.compose(dp_accounting.ComposedDpEvent(events))
-    return float(accountant.get_epsilon(delta))
+        releases.append((mechanism, entry.releases))
+    return composed_epsilon_of(releases, delta=delta)

@@ -15,6 +15,17 @@ and ``tpsl-flwr audit``:
 * **within sampling error** when it is above the ceiling by less;
 * **below the ceiling** otherwise.
 
+At the boundary (an AUC of exactly 1 or 0, a top-1 accuracy of 1) the
+standard error is 0 and says nothing: randomized response at eps 8 flips
+each label with probability ``1 / (1 + e^8) = 3.4e-4``, so on 7,956 rows no
+label flips with probability ``(1 - 3.4e-4)^7956 = 0.07`` and the attack's AUC
+is exactly 1, above the ceiling 0.9997 by "infinitely many" standard errors.
+There an exact test decides alone: the empirical epsilon lower bound at
+:data:`STRICT_CONFIDENCE` (Clopper-Pearson rates on a held-out half,
+:func:`~tpsl_flwr.privacy.empirical.epsilon_lower_bound`, the test ``tpsl-flwr
+audit`` runs) above epsilon is a violation; otherwise the value is within
+sampling error (consistent with the guarantee).
+
 The standard error of a pooled AUC is Hanley and McNeil's (1982,
 :func:`~tpsl_flwr.auc.auc_standard_error`) over the samples it was computed
 on; that of a top-1 accuracy is the binomial ``sqrt(p (1 - p) / n)``.
@@ -37,6 +48,7 @@ __all__ = [
     "CeilingTest",
     "accuracy_standard_error",
     "ceiling_test",
+    "ceiling_text",
     "ceiling_verdict",
     "pooled_auc_standard_error",
 ]
@@ -90,6 +102,8 @@ def ceiling_test(
     epsilon, epsilon_lower_bound
         Optionally, the guarantee and an empirical lower bound on epsilon at
         :data:`STRICT_CONFIDENCE`: a bound above ``epsilon`` is a violation.
+        At the boundary (``standard_error == 0``) the bound alone decides; a
+        value above the ceiling with no bound is then within sampling error.
     name
         What ``value`` is, for the reasons.
 
@@ -108,6 +122,16 @@ def ceiling_test(
     --------
     >>> ceiling_test(value=0.95, standard_error=0.0015, ceiling=0.7311).reasons
     ('AUC 0.9500 exceeds the epsilon-DP ceiling 0.7311 by more than 4 standard errors (0.0015)',)
+
+    At the boundary the exact test decides (randomized response at eps 8 with
+    no label flipped; clean labels claimed as eps 1):
+
+    >>> ceiling_test(value=1.0, standard_error=0.0, ceiling=0.99966, epsilon=8.0,
+    ...              epsilon_lower_bound=6.28).verdict
+    'within sampling error'
+    >>> ceiling_test(value=1.0, standard_error=0.0, ceiling=0.7311, epsilon=1.0,
+    ...              epsilon_lower_bound=6.28).verdict
+    'above the ceiling'
     """  # noqa: E501
     if math.isnan(value) or math.isnan(standard_error) or math.isnan(ceiling):
         raise ValueError(
@@ -127,7 +151,9 @@ def ceiling_test(
             f"empirical epsilon lower bound {epsilon_lower_bound:.4f} "
             f"({STRICT_CONFIDENCE:.1%} confidence) exceeds epsilon {epsilon:g}"
         )
-    if value > ceiling + SIGMAS_OF_TOLERANCE * standard_error:
+    # At the boundary the normal approximation is degenerate (module doc).
+    boundary = standard_error == 0.0
+    if not boundary and value > ceiling + SIGMAS_OF_TOLERANCE * standard_error:
         reasons.append(
             f"{name} {value:.4f} exceeds the epsilon-DP ceiling {ceiling:.4f} by "
             f"more than {SIGMAS_OF_TOLERANCE:g} standard errors "
@@ -139,12 +165,19 @@ def ceiling_test(
 
 
 def ceiling_verdict(
-    auc: float | None, se: float | None, ceiling: float | None
+    auc: float | None,
+    se: float | None,
+    ceiling: float | None,
+    *,
+    epsilon_lower_bound: float | None = None,
 ) -> str | None:
     """``"below the ceiling"``, ``"within sampling error"`` or ``"above the ceiling"``.
 
     :func:`ceiling_test`'s verdict for an AUC and its standard error; ``None``
-    where there is nothing to compare (no ceiling, or no finite AUC).
+    where there is nothing to compare (no ceiling, or no finite AUC). The
+    exact test at the boundary compares ``epsilon_lower_bound`` with the
+    epsilon of the ceiling, ``ln(c / (1 - c))`` (for a prior-aware ceiling,
+    the eps-DP guarantee that would allow the same AUC).
 
     Examples
     --------
@@ -162,7 +195,38 @@ def ceiling_verdict(
         return None
     if not (math.isfinite(auc) and math.isfinite(se) and math.isfinite(ceiling)):
         return None
-    return ceiling_test(value=auc, standard_error=se, ceiling=ceiling).verdict
+    epsilon = math.log(ceiling / (1.0 - ceiling)) if 0.5 <= ceiling < 1.0 else None
+    return ceiling_test(
+        value=auc,
+        standard_error=se,
+        ceiling=ceiling,
+        epsilon=epsilon,
+        epsilon_lower_bound=epsilon_lower_bound,
+    ).verdict
+
+
+def ceiling_text(ceiling: float, without_prior: float | None = None) -> str:
+    """The ceiling as printed: the plain eps ceiling beside the prior-aware one.
+
+    When the top model trains on the posterior, the verdicts use the
+    prior-aware ceiling (:mod:`~tpsl_flwr.privacy.prior_bound`), higher than
+    ``e^eps / (1 + e^eps)``; printed alone it would read as a weaker
+    guarantee than the run has, so the plain one comes first, with its eps.
+
+    Examples
+    --------
+    >>> ceiling_text(0.7311)
+    'ceiling 0.731'
+    >>> ceiling_text(0.828, without_prior=0.7311)
+    'ceiling 0.731 at eps 1; 0.828 with the label prior'
+    """
+    if without_prior is None or without_prior >= ceiling or without_prior >= 1.0:
+        return f"ceiling {ceiling:.3f}"
+    epsilon = math.log(without_prior / (1.0 - without_prior))
+    return (
+        f"ceiling {without_prior:.3f} at eps {epsilon:.3g}; "
+        f"{ceiling:.3f} with the label prior"
+    )
 
 
 def pooled_auc_standard_error(auc: float, n_pos: int, n_neg: int) -> float:

@@ -32,7 +32,9 @@ Decisions, stated once:
   top-1 accuracy), and, given the epsilon-DP ceiling, every AUC its
   ``ceiling_verdict`` by the project's one rule
   (:func:`~tpsl_flwr.attacks.ceiling.ceiling_verdict`: above the ceiling beyond
-  4 standard errors, within sampling error, or below). The ceiling bounds a
+  4 standard errors, within sampling error, or below; at an AUC of exactly 1
+  or 0, whose standard error is 0, an exact binomial test decides instead,
+  :func:`boundary_epsilon_bound`). The ceiling bounds a
   score and its negation alike, so the verdict reads the better orientation,
   ``max(AUC, 1 - AUC)`` (a cosine attack whose known positive was flipped
   scores below 0.5).
@@ -53,6 +55,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tpsl_flwr.attacks.ceiling import (
+    STRICT_CONFIDENCE,
     accuracy_standard_error,
     ceiling_verdict,
     pooled_auc_standard_error,
@@ -70,6 +73,7 @@ from tpsl_flwr.attacks.sda import sda_predictions, sda_scores
 from tpsl_flwr.attacks.signals import per_sample_gradients
 from tpsl_flwr.attacks.spectral import spectral_direction, spectral_scores
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.privacy.empirical import epsilon_lower_bound
 from tpsl_flwr.validation import check_int
 
 BINARY_ATTACKS = ("norm", "cosine", "spectral", "sda")
@@ -194,10 +198,13 @@ def _known_positive(epoch: _Epoch) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
-def _binary_report(epoch: _Epoch, spectral: str) -> dict[str, Any]:
+def _binary_report(
+    epoch: _Epoch, spectral: str, auc_bound: float | None
+) -> dict[str, Any]:
     labels = epoch.split(epoch.labels)
     pooled: dict[str, float | None] = {}
     errors: dict[str, float | None] = {}
+    verdicts: dict[str, str | None] = dict.fromkeys(BINARY_ATTACKS)
     per_batch: dict[str, dict[str, float | int]] = {}
     n_pos = int(np.count_nonzero(epoch.labels == 1))
     n_neg = int(epoch.labels.size - n_pos)
@@ -207,6 +214,11 @@ def _binary_report(epoch: _Epoch, spectral: str) -> dict[str, Any]:
         pooled[name] = auc
         errors[name] = pooled_auc_standard_error(auc, n_pos, n_neg)
         per_batch[name] = BatchStats.of(batch_aucs(labels, batch_scores)).to_dict()
+        if auc_bound is not None:
+            exact = boundary_epsilon_bound(epoch.labels, scores, auc)
+            verdicts[name] = oriented_verdict(
+                auc, n_pos, n_neg, auc_bound, epsilon_lower_bound=exact
+            )
 
     norm = norm_scores(epoch.gradients)
     record("norm", norm, epoch.split(norm))
@@ -238,9 +250,11 @@ def _binary_report(epoch: _Epoch, spectral: str) -> dict[str, Any]:
     else:
         sda = sda_scores(epoch.gradients, epoch.candidates)
         record("sda", sda, epoch.split(sda))
+    verdict = {"ceiling_verdict": verdicts} if auc_bound is not None else {}
     return {
         **pooled,
         "standard_error": errors,
+        **verdict,
         "positives": n_pos,
         "cosine_positive_id": None if known is None else int(epoch.ids[known]),
         "per_batch": per_batch,
@@ -248,12 +262,18 @@ def _binary_report(epoch: _Epoch, spectral: str) -> dict[str, Any]:
 
 
 def oriented_verdict(
-    auc: float | None, n_pos: int, n_neg: int, ceiling: float | None
+    auc: float | None,
+    n_pos: int,
+    n_neg: int,
+    ceiling: float | None,
+    *,
+    epsilon_lower_bound: float | None = None,
 ) -> str | None:
     """:func:`~tpsl_flwr.attacks.ceiling.ceiling_verdict` of ``max(AUC, 1 - AUC)``.
 
     The ceiling bounds an attack's score and its negation alike, so an AUC
-    far below 0.5 is as telling as one far above.
+    far below 0.5 is as telling as one far above. ``epsilon_lower_bound``:
+    the exact test of an AUC of exactly 1 or 0 (:func:`boundary_epsilon_bound`).
 
     Examples
     --------
@@ -265,7 +285,35 @@ def oriented_verdict(
     if auc < 0.5:
         auc, n_pos, n_neg = 1.0 - auc, n_neg, n_pos
     se = pooled_auc_standard_error(auc, n_pos, n_neg)
-    return ceiling_verdict(auc, se, ceiling)
+    return ceiling_verdict(auc, se, ceiling, epsilon_lower_bound=epsilon_lower_bound)
+
+
+def boundary_epsilon_bound(
+    labels: np.ndarray, scores: np.ndarray, auc: float | None
+) -> float | None:
+    """The exact test of an AUC of exactly 1 or 0, where its standard error is 0.
+
+    The empirical epsilon lower bound at
+    :data:`~tpsl_flwr.attacks.ceiling.STRICT_CONFIDENCE` of the scores,
+    oriented (:func:`~tpsl_flwr.privacy.empirical.epsilon_lower_bound`, the
+    test of ``tpsl-flwr audit``); ``None`` for any other AUC, or where a half
+    of the sample holds one class only.
+
+    Examples
+    --------
+    >>> y = np.arange(4000) % 2
+    >>> round(boundary_epsilon_bound(y, y.astype(float), 1.0), 2)
+    4.87
+    >>> boundary_epsilon_bound(y, y.astype(float), 0.9) is None
+    True
+    """
+    if auc not in (0.0, 1.0):
+        return None
+    oriented = scores if auc == 1.0 else -scores
+    try:
+        return epsilon_lower_bound(oriented, labels, STRICT_CONFIDENCE)
+    except ConfigError:
+        return None
 
 
 def _multiclass_report(epoch: _Epoch) -> dict[str, Any]:
@@ -345,14 +393,10 @@ def attack_report(
         )
     epoch = _gather(batches)
     k = _classes(epoch, classes)
-    body = _binary_report(epoch, spectral) if k == 2 else _multiclass_report(epoch)
-    if k == 2 and auc_bound is not None:
-        n_pos = body["positives"]
-        n_neg = int(epoch.labels.size) - n_pos
-        body["ceiling_verdict"] = {
-            name: oriented_verdict(body[name], n_pos, n_neg, auc_bound)
-            for name in BINARY_ATTACKS
-        }
+    if k == 2:
+        body = _binary_report(epoch, spectral, auc_bound)
+    else:
+        body = _multiclass_report(epoch)
     return {
         "classes": k,
         "samples": int(epoch.labels.size),

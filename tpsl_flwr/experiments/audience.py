@@ -179,6 +179,7 @@ PUBLIC_RUN_COLUMNS = (
     "epsilon_spent",
     "epsilon_total",
     "epsilon_total_now",
+    "epsilon_total_now_at_delta",
     "key_origin",
     "seeded_key",
     "run_kind",

@@ -34,6 +34,7 @@ from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.models import num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
 from tpsl_flwr.privacy.accounting import PrivacySpent, privacy_spent
+from tpsl_flwr.privacy.epsilon_text import total_text
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import Mechanism, parameter_of
 from tpsl_flwr.private_files import write_private
@@ -263,6 +264,10 @@ def ledger_notes(ledger: dict[str, Any]) -> list[str]:
     >>> ledger_notes({"earlier_releases": 2, "public_labels": True,
     ...               "total": {"epsilon": 3.0, "releases": 3}})[0][:42]
     'these labels were released 2 time(s) befor'
+    >>> note = ledger_notes({"earlier_releases": 1, "total": {"epsilon": "inf",
+    ...     "epsilon_at_delta": 4.377, "delta": 1e-5, "releases": 2}})[0]
+    >>> "epsilon_total inf (no pure guarantee; 4.38 at delta 1e-05) over 2" in note
+    True
     """
     earlier = ledger.get("earlier_releases", 0)
     notes = []
@@ -270,8 +275,8 @@ def ledger_notes(ledger: dict[str, Any]) -> list[str]:
         total = ledger["total"]
         notes.append(
             f"these labels were released {earlier} time(s) before under other keys: "
-            f"epsilon_total {total['epsilon']} over {total['releases']} releases "
-            "(tpsl-flwr ledger show)"
+            f"epsilon_total {total_text(*_total_parts(total))} over "
+            f"{total['releases']} releases (tpsl-flwr ledger show)"
         )
     if ledger.get("public_labels"):
         notes.append(
@@ -279,6 +284,10 @@ def ledger_notes(ledger: dict[str, Any]) -> list[str]:
             "are recorded in the ledger but never refused"
         )
     return notes
+
+
+def _total_parts(total: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return total["epsilon"], total.get("epsilon_at_delta"), total.get("delta")
 
 
 def _jsonable(value: Any) -> Any:
@@ -328,9 +337,10 @@ def run_label_party(
         "placement": cfg.placement,
         "epochs": cfg.epochs,
         "epsilon_spent": spent.to_dict()["epsilon"],
+        # The pure total, inf (never None) where there is none.
         "epsilon_total": (ledger or {})
         .get("total", {})
-        .get("epsilon", spent.to_dict()["epsilon"]),
+        .get("epsilon", "inf" if spent.epsilon is None else privacy["epsilon"]),
         "ledger": ledger,
         "privacy": privacy,
         "samples_per_second": float(np.mean(rates)) if rates else 0.0,

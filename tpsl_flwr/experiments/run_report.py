@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tpsl_flwr.attacks.ceiling import BELOW, SIGMAS_OF_TOLERANCE
+from tpsl_flwr.privacy.epsilon_text import epsilon_text, results_total_text
 from tpsl_flwr.private_files import write_private
 
 REPORT_MD = "report.md"
@@ -68,6 +69,41 @@ def verdict_cell(attacks: dict[str, Any]) -> str:
     return "; ".join(above) if above else "all below"
 
 
+def setting_text(results: dict[str, Any]) -> str:
+    """The mechanism's setting for a title: its parameter, or no protection.
+
+    Examples
+    --------
+    >>> setting_text({"mechanism": "none", "epsilon": None, "sigma": None})
+    'no protection, epsilon = inf'
+    >>> setting_text({"mechanism": "laplace", "epsilon": 1.0, "sigma": None})
+    'epsilon = 1.0'
+    >>> setting_text({"mechanism": "gaussian", "epsilon": None, "sigma": 2.0})
+    'sigma = 2.0, no pure epsilon'
+    """
+    if results.get("sigma") is not None:
+        return f"sigma = {results['sigma']}, no pure epsilon"
+    if results.get("epsilon") is not None:
+        return f"epsilon = {results['epsilon']}"
+    return "no protection, epsilon = inf"
+
+
+def ceiling_cell(attacks: dict[str, Any]) -> str:
+    """The epoch's ceiling: the plain eps one, and the prior-aware one if used.
+
+    Examples
+    --------
+    >>> ceiling_cell({"auc_bound": 0.7311})
+    '0.7311'
+    >>> ceiling_cell({"auc_bound": 0.828, "auc_bound_without_prior": 0.7311})
+    '0.7311; 0.8280 with the label prior'
+    """
+    bound, plain = attacks.get("auc_bound"), attacks.get("auc_bound_without_prior")
+    if bound is None or plain is None or plain >= bound:
+        return format_cell(bound)
+    return f"{format_cell(plain)}; {format_cell(bound)} with the label prior"
+
+
 def _utility_key(history: list[dict[str, Any]]) -> str:
     return "test_auc" if history and "test_auc" in history[0] else "test_accuracy"
 
@@ -76,18 +112,15 @@ def markdown(results: dict[str, Any]) -> str:
     """The run's summary as Markdown (settings, privacy, per-epoch table)."""
     history = results.get("history", [])
     utility = _utility_key(history)
-    param = (
-        f"sigma = {results['sigma']}"
-        if results.get("sigma") is not None
-        else f"epsilon = {results.get('epsilon')}"
-    )
     lines = [
-        f"# TPSL run: {results['mechanism']} ({param}), {results['dataset']}",
+        f"# TPSL run: {results['mechanism']} ({setting_text(results)}), "
+        f"{results['dataset']}",
         "",
         f"- engine: {results['engine']}; parties: {results['num_parties']}; "
         f"placement: {results['placement']}; epochs: {results['epochs']}",
-        f"- epsilon spent per label: {results['epsilon_spent']} (total over "
-        f"every release of these labels: {results.get('epsilon_total', '?')}); "
+        f"- epsilon spent per label: {epsilon_text(results['epsilon_spent'])}; "
+        "total over every release of these labels: "
+        f"{results_total_text(results)}; "
         "noise key: "
         f"{'secure' if results['noise_key']['secure'] else 'seeded (NOT secure)'}",
         f"- final {utility}: {format_cell(results.get(utility))}; "
@@ -112,7 +145,7 @@ def markdown(results: dict[str, Any]) -> str:
             found = h.get("attack_auc") or {}
             errors = found.get("standard_error") or {}
             row += [with_error(found.get(a), errors.get(a)) for a in attacks]
-            row.append(format_cell(found.get("auc_bound")))
+            row.append(ceiling_cell(found))
             row.append(verdict_cell(found))
         lines.append("| " + " | ".join(row) + " |")
     if attacks:
@@ -124,8 +157,11 @@ def markdown(results: dict[str, Any]) -> str:
             "for SDA top-1). The ceiling e^eps/(1+e^eps) bounds any attack on an "
             "eps-DP label; an AUC above it is 'within sampling error' unless it "
             f"exceeds it by more than {SIGMAS_OF_TOLERANCE:g} standard errors "
-            "('above the ceiling': a violation of the guarantee). The verdict "
-            "reads max(AUC, 1 - AUC).",
+            "('above the ceiling': a violation of the guarantee); at AUC 1 or 0, "
+            "where that error is 0, an exact binomial test decides. The verdict "
+            "reads max(AUC, 1 - AUC). Where the top model trains on the "
+            "posterior, the verdict uses the prior-aware ceiling, printed after "
+            "the plain one.",
         ]
     return "\n".join(lines) + "\n"
 
@@ -169,15 +205,20 @@ def plot(results: dict[str, Any], path: str | Path | IO[bytes]) -> None:
                 capsize=2,
                 label=f"{name} attack (± SE)",
             )
-    bound = next(
-        (
-            (h.get("attack_auc") or {}).get("auc_bound")
-            for h in history
-            if (h.get("attack_auc") or {}).get("auc_bound") is not None
-        ),
-        None,
-    )
-    if bound is not None and bound < 1.0:
+    epochs_attacked = [h.get("attack_auc") or {} for h in history]
+    first = next((a for a in epochs_attacked if a.get("auc_bound") is not None), {})
+    bound, plain = first.get("auc_bound"), first.get("auc_bound_without_prior")
+    if plain is not None and plain < 1.0:
+        ax.axhline(plain, color="red", linewidth=1, label=f"eps-DP ceiling {plain:.3f}")
+        if bound is not None and bound > plain:
+            ax.axhline(
+                bound,
+                color="red",
+                linewidth=1,
+                linestyle="--",
+                label=f"ceiling with the label prior {bound:.3f}",
+            )
+    elif bound is not None and bound < 1.0:
         ax.axhline(bound, color="red", linewidth=1, label=f"eps-DP ceiling {bound:.3f}")
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -185,8 +226,8 @@ def plot(results: dict[str, Any], path: str | Path | IO[bytes]) -> None:
     ax.set_ylim(0.0, 1.02)
     ax.set_title(
         f"{results['dataset']}: {results['mechanism']}, "
-        f"epsilon spent {results['epsilon_spent']} "
-        f"(total {results.get('epsilon_total', '?')})"
+        f"epsilon spent {epsilon_text(results['epsilon_spent'])} "
+        f"(total {results_total_text(results)})"
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")

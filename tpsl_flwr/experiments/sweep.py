@@ -75,7 +75,17 @@ __all__ = [
     "write_public_csv",
 ]
 
-ATTACK_COLUMNS = ("norm", "cosine", "spectral", "sda", "sda_top1", "auc_bound")
+ATTACK_COLUMNS = (
+    "norm",
+    "cosine",
+    "spectral",
+    "sda",
+    "sda_top1",
+    "auc_bound",
+    "auc_bound_without_prior",
+)
+"""Final-epoch attack AUCs and the ceiling (``auc_bound``: prior-aware where
+the top model trains on the posterior, the plain eps one beside it)."""
 CSV_COLUMNS = (
     "run",
     "dataset",
@@ -92,6 +102,7 @@ CSV_COLUMNS = (
     "epsilon_spent",
     "epsilon_total",
     "epsilon_total_now",
+    "epsilon_total_now_at_delta",
     "key_origin",
     "seeded_key",
     "run_kind",
@@ -227,18 +238,30 @@ def write_public_csv(rows: list[dict[str, Any]], path: Path) -> Path:
     return write_shareable(path, csv_text(rows, columns))
 
 
-def _totals_now(rows: list[dict[str, Any]], label_sets: list[str | None]) -> None:
+def _totals_now(rows: list[dict[str, Any]], ledgers: list[dict[str, Any]]) -> None:
     """Each row's label-set total as the ledger has it now (after every run).
 
     ``epsilon_total`` is as of the run's own release; a later run over the
-    same labels raises the set's total, which ``epsilon_total_now`` shows.
+    same labels raises the set's total, which ``epsilon_total_now`` shows
+    (pure: ``inf`` once a release has no pure guarantee, such as a Gaussian
+    one) with ``epsilon_total_now_at_delta`` beside it (dp-accounting's PLD
+    at ``delta = 1e-5``). Each run's total is read from the ledger folder its
+    release was recorded in.
     """
     from tpsl_flwr.ledger import PrivacyLedger
 
-    ledger = PrivacyLedger()
-    for row, label_set in zip(rows, label_sets, strict=True):
-        total = ledger.total_now(label_set) if label_set else None
-        row["epsilon_total_now"] = None if total is None else total.to_dict()["epsilon"]
+    books: dict[str | None, PrivacyLedger] = {}
+    for row, ledger in zip(rows, ledgers, strict=True):
+        label_set, folder = ledger.get("label_set"), ledger.get("folder")
+        if not label_set:
+            continue
+        if folder not in books:
+            books[folder] = PrivacyLedger(folder)
+        total = books[folder].total_now(label_set)
+        if total is not None:
+            now = total.to_dict()
+            row["epsilon_total_now"] = now["epsilon"]
+            row["epsilon_total_now_at_delta"] = now["epsilon_at_delta"]
 
 
 def check_releases(specs: list[Any], new_release: bool, release: bool) -> None:
@@ -335,7 +358,7 @@ def run_sweep(
     ran: list[str] = []
     skipped: list[str] = []
     rows: list[dict[str, Any]] = []
-    label_sets: list[str | None] = []
+    ledgers: list[dict[str, Any]] = []
     # Flower sets its logger to DEBUG on import: quiet it after importing it.
     level = FLOWER_LOGGER.level
     FLOWER_LOGGER.setLevel(logging.WARNING)
@@ -351,10 +374,10 @@ def run_sweep(
             else:
                 skipped.append(spec.name)
             rows.append(run_row(spec.name, results))
-            label_sets.append((results.get("ledger") or {}).get("label_set"))
+            ledgers.append(results.get("ledger") or {})
     finally:
         FLOWER_LOGGER.setLevel(level)
-    _totals_now(rows, label_sets)
+    _totals_now(rows, ledgers)
     write_csv(rows, out / "runs.csv")
     files = [out / "runs.csv", write_tables(rows, out / "tables.md")]
     files += write_plots(rows, out)

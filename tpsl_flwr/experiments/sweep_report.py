@@ -2,7 +2,8 @@
 
 * Table 1: no protection — test AUC and the norm (NA), spectral (SA) and
   shortest-distance (SDA) attack AUCs;
-* Tables 2-3 (and the Gaussian baseline): per epsilon (or sigma), test AUC and
+* Tables 2-3 (and the Gaussian baseline): per epsilon (or sigma), the label
+  set's total epsilon now (every release in the privacy ledger), test AUC and
   every attack AUC, with the ``e^eps / (1 + e^eps)`` ceiling;
 * Figure 5: test AUC vs epsilon (Laplace, Discrete; spread over seeds, the
   no-protection level drawn) and test AUC vs SDA AUC (all three mechanisms);
@@ -50,6 +51,7 @@ from tpsl_flwr.experiments.sweep_stats import (
     UTILITY_LABEL,
     Row,
     attack_uncertainty,
+    ceiling_cell,
     ceiling_summary,
     cell,
     denoise_parts,
@@ -62,6 +64,7 @@ from tpsl_flwr.experiments.sweep_stats import (
     panels,
     report_groups,
     sda_key,
+    total_cell,
     utility_key,
 )
 from tpsl_flwr.privacy.closed_forms import auc_bound
@@ -116,8 +119,8 @@ def tables_markdown(rows: Sequence[Row]) -> str:
                     body.append(
                         [name, f"{level:g}", *_given(denoise), cell(part, utility)]
                         + [cell(part, k) for k in ("norm", "cosine", "spectral", sda)]
-                        + [cell(part, "auc_bound"), ceiling_summary(part)]
-                        + [key_cell(part)]
+                        + [ceiling_cell(part), ceiling_summary(part)]
+                        + [key_cell(part), total_cell(part)]
                     )
         if not body:
             continue
@@ -133,6 +136,7 @@ def tables_markdown(rows: Sequence[Row]) -> str:
             "ceiling",
             "SDA vs ceiling",
             "key",
+            "total",
         ]
         lines += ["", f"## {title}", "", *markdown_table(header, body)]
     lines += pairs_markdown(rows)
@@ -140,12 +144,20 @@ def tables_markdown(rows: Sequence[Row]) -> str:
     lines += [
         "",
         "utility = test AUC (binary) or test accuracy (multi-class, with SDA "
-        "top-1); ceiling = e^eps / (1 + e^eps), the bound on any attack's AUC; "
+        "top-1); ceiling = e^eps / (1 + e^eps), the bound on any attack's AUC "
+        "(where the top model trains on the posterior, followed by the "
+        "prior-aware ceiling the verdict uses); "
         "SDA vs ceiling counts the runs whose SDA AUC is above the ceiling "
         f"within sampling error, or by more than {SIGMAS_OF_TOLERANCE:g} "
         "Hanley-McNeil standard errors (ABOVE THE CEILING: the guarantee is "
-        "violated); key = where the runs' noise keys came from (`os`, or `seed "
-        "(not secure)`: utility only).",
+        "violated; at an AUC of exactly 1, whose standard error is 0, an exact "
+        "binomial test decides); key = where the runs' noise keys came from "
+        "(`os`, or `seed (not secure)`: utility only); total = the label set's "
+        "epsilon now, over every counted release of it in the privacy ledger "
+        "(runs.csv's `epsilon_total_now`; a sweep's own runs are rehearsals, "
+        "not counted, unless run with --release); pure, with the PLD epsilon at "
+        "delta 1e-05 beside it where tighter, or where a Gaussian release leaves "
+        "no pure total (inf).",
     ]
     return "\n".join(lines) + "\n"
 

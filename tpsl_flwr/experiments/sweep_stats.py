@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from tpsl_flwr.attacks.ceiling import ABOVE, BELOW, WITHIN
+from tpsl_flwr.ledger import DELTA
+from tpsl_flwr.privacy.epsilon_text import total_text
 
 Row = dict[str, Any]
 
@@ -112,6 +114,51 @@ def cell(rows: Sequence[Row], key: str) -> str:
             return f"{values[0]:.3f} (SE {errors[0]:.3f})"
         return f"{values[0]:.3f}"
     return f"{values.mean():.3f} ± {values.std():.3f}"
+
+
+def total_cell(rows: Sequence[Row]) -> str:
+    """The runs' label-set total now (``epsilon_total_now``), each distinct once.
+
+    Pure, with the PLD ``(eps, delta)`` beside it where tighter or where no
+    pure total exists (:func:`~tpsl_flwr.privacy.epsilon_text.total_text`);
+    ``-`` when no row has one.
+
+    Examples
+    --------
+    >>> total_cell([{"epsilon_total_now": 4.0, "epsilon_total_now_at_delta": 4.0}])
+    '4'
+    >>> total_cell([{"epsilon_total_now": "inf",
+    ...              "epsilon_total_now_at_delta": "12.25"}] * 2)
+    'inf (no pure guarantee; 12.2 at delta 1e-05)'
+    >>> total_cell([{"epsilon_total_now": None}])
+    '-'
+    """
+    texts: list[str] = []
+    for row in rows:
+        if row.get("epsilon_total_now") in (None, ""):
+            continue
+        text = total_text(
+            row["epsilon_total_now"], row.get("epsilon_total_now_at_delta"), DELTA
+        )
+        if text not in texts:
+            texts.append(text)
+    return "; ".join(texts) or "-"
+
+
+def ceiling_cell(rows: Sequence[Row]) -> str:
+    """The runs' ceiling: the plain eps one, then the prior-aware one if used.
+
+    Examples
+    --------
+    >>> ceiling_cell([{"auc_bound": 0.7311}])
+    '0.731'
+    >>> ceiling_cell([{"auc_bound": 0.828, "auc_bound_without_prior": 0.7311}])
+    '0.731; 0.828 with the label prior'
+    """
+    if values_of(rows, "auc_bound_without_prior").size == 0:
+        return cell(rows, "auc_bound")
+    plain, aware = cell(rows, "auc_bound_without_prior"), cell(rows, "auc_bound")
+    return f"{plain}; {aware} with the label prior"
 
 
 def ceiling_summary(rows: Sequence[Row], key: str = "sda_verdict") -> str:

@@ -19,6 +19,7 @@ sensitivity is known (the logit placement).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -107,6 +108,57 @@ def composed_epsilon(mechanism: Mechanism, releases: int, delta: float) -> float
     )
     accountant.compose(dp_accounting.ComposedDpEvent([dp_event(mechanism)] * releases))
     return float(accountant.get_epsilon(delta))
+
+
+def composed_epsilon_of(
+    releases: Sequence[tuple[Mechanism, int]],
+    *,
+    delta: float,
+    interval: float = 1e-3,
+) -> float:
+    """Epsilon at ``delta`` of independent releases of one label, any mechanisms.
+
+    Each ``(mechanism, count)`` is ``count`` releases. Events stated under one
+    neighbouring relation compose in one dp-accounting PLD accountant
+    (``value_discretization_interval=interval``). Randomized response
+    (replace-one) shares no accountant with Laplace and Gaussian (add/remove,
+    the label change folded into their sensitivity), so each relation's group
+    is stated at ``delta / groups`` and the groups' epsilons add: basic
+    composition of ``(eps_i, delta_i)``-DP (Dwork and Roth, Theorem 3.16).
+    A group is never stated above its pure sum. ``inf`` for a non-private
+    release: no finite epsilon exists then.
+
+    Examples
+    --------
+    >>> from tpsl_flwr.privacy.mechanisms import make_mechanism
+    >>> gauss = make_mechanism("gaussian", sigma=1.0)
+    >>> round(composed_epsilon_of([(gauss, 1)], delta=1e-5), 2)
+    4.38
+    >>> rr = make_mechanism("discrete", epsilon=1.0)
+    >>> 1.0 < composed_epsilon_of([(gauss, 1), (rr, 1)], delta=1e-5) < math.inf
+    True
+    >>> composed_epsilon_of([(make_mechanism("none"), 1)], delta=1e-5)
+    inf
+    """
+    if not 0.0 < delta < 1.0:
+        raise ConfigError(f"delta must be in (0, 1), got {delta}")
+    if any(not mechanism.protects for mechanism, _ in releases):
+        return math.inf
+    groups: dict[Any, list[tuple[Mechanism, int]]] = {}
+    for mechanism, count in releases:
+        groups.setdefault(mechanism.neighboring, []).append((mechanism, count))
+    total = 0.0
+    for relation, group in groups.items():
+        accountant = pld_privacy_accountant.PLDAccountant(
+            relation, value_discretization_interval=interval
+        )
+        events = [m.dp_event() for m, count in group for _ in range(count)]
+        accountant.compose(dp_accounting.ComposedDpEvent(events))
+        pure = math.fsum(
+            math.inf if m.epsilon is None else m.epsilon * count for m, count in group
+        )
+        total += min(float(accountant.get_epsilon(delta / len(groups))), pure)
+    return total
 
 
 def privacy_spent(

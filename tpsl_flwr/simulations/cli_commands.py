@@ -124,7 +124,7 @@ def summary_line(command: str, results: dict[str, Any]) -> str:
     ...     "test_auc": 0.61234, "epsilon_spent": 1.0, "samples_per_second": 2410.2,
     ...     "seconds": 41.71, "flower_wall_seconds": 55.62,
     ...     "config": {"out-dir": "/tmp/run"}}))  # doctest: +NORMALIZE_WHITESPACE
-    tpsl-flwr flower-run: test_auc 0.6123, epsilon spent 1.0 (total 1.0),
+    tpsl-flwr flower-run: test_auc 0.6123, epsilon spent 1 (total 1),
     2410 samples/s, training 41.7 s (label party), wall 55.6 s (flwr run, incl. Ray
     start-up); results in /tmp/run/results.json
 
@@ -134,23 +134,23 @@ def summary_line(command: str, results: dict[str, Any]) -> str:
     ...     "test_auc": 0.7, "epsilon_spent": 1.0, "epsilon_total": 0.0,
     ...     "run_kind": "rehearsal", "samples_per_second": 10, "seconds": 1,
     ...     "config": {"out-dir": "/tmp/run"}}))  # doctest: +NORMALIZE_WHITESPACE
-    tpsl-flwr simulate: test_auc 0.7000, epsilon spent 1.0 (rehearsal: not counted;
-    total of releases 0.0), 10 samples/s, training 1.0 s (label party); results in
+    tpsl-flwr simulate: test_auc 0.7000, epsilon spent 1 (rehearsal: not counted;
+    total of releases 0), 10 samples/s, training 1.0 s (label party); results in
     /tmp/run/results.json
     """
     from tpsl_flwr.experiments.experiment import RESULTS_FILE
+    from tpsl_flwr.privacy.epsilon_text import epsilon_text, results_total_text
 
     metric = "test_auc" if "test_auc" in results else "test_accuracy"
-    total = results.get("epsilon_total", results["epsilon_spent"])
     kind = results.get("run_kind")
     parts = [
         f"{metric} {results.get(metric, float('nan')):.4f}",
-        f"epsilon spent {results['epsilon_spent']} "
+        f"epsilon spent {epsilon_text(results['epsilon_spent'])} "
         + (
-            f"(total {total})"
+            f"(total {results_total_text(results)})"
             if kind is None
             else f"({kind}{': not counted' if kind == 'rehearsal' else ''}; "
-            f"total of releases {total})"
+            f"total of releases {results_total_text(results)})"
         ),
         f"{results['samples_per_second']:.0f} samples/s",
         f"training {results['seconds']:.1f} s (label party)",

@@ -4,7 +4,8 @@
   released or rehearsed, each line marked ``release``, ``rehearsal`` (not
   counted) or ``void`` (failed before a gradient left), with its key,
   mechanism, epsilon, epochs, run and time, and the set's total over its
-  counted releases, pure and at ``delta = 1e-5``.
+  counted releases, pure and at ``delta = 1e-5`` (a set with a Gaussian
+  release has no pure total: ``inf (no pure guarantee; ...)``).
 * ``ledger acknowledge LABEL_DIR [--budget X]``: the label party's decision
   that the next fresh run with that ``label-dir`` is a further release (for
   plain ``flwr run``, whose ServerApp finds it in the folder; the CLI's
@@ -102,7 +103,14 @@ def ledger_records(ledger: Any) -> list[dict[str, Any]]:
 
 
 def ledger_text(ledger: Any) -> str:
-    """The ledger as lines for people (empty ledgers say so)."""
+    """The ledger as lines for people (empty ledgers say so).
+
+    A total is the pure sum beside dp-accounting's ``(eps, delta)``: ``inf
+    (no pure guarantee; 4.38 at delta 1e-05)`` for a set with a Gaussian
+    release (:func:`~tpsl_flwr.privacy.epsilon_text.total_text`).
+    """
+    from tpsl_flwr.privacy.epsilon_text import epsilon_text, total_text
+
     records = ledger_records(ledger)
     if not records:
         return f"tpsl-flwr ledger: no release recorded in {ledger.folder}"
@@ -110,10 +118,10 @@ def ledger_text(ledger: Any) -> str:
     for record in records:
         label_set, total = record["label_set"], record["total"]
         kind = " (public rehearsal data)" if label_set["public"] else ""
+        summed = total_text(total["epsilon"], total["epsilon_at_delta"], total["delta"])
         lines.append(
             f"label set {label_set['fingerprint']}: {label_set['rows']} records{kind}; "
-            f"total epsilon {total['epsilon']} over {total['releases']} release(s), "
-            f"{total['epsilon_at_delta']} at delta {total['delta']:g}"
+            f"total epsilon {summed} over {total['releases']} release(s)"
         )
         for entry in record["releases"]:
             value = entry["parameter_value"]
@@ -127,7 +135,7 @@ def ledger_text(ledger: Any) -> str:
                 f"key {entry['key_fingerprint']} "
                 f"({entry['key_origin']})"
                 f"  {setting}, {entry['placement']}, {entry['epochs']} epoch(s): "
-                f"epsilon {entry['epsilon']}  run {entry['run'] or '-'}"
+                f"epsilon {epsilon_text(entry['epsilon'])}  run {entry['run'] or '-'}"
                 + ("  [acknowledged]" if entry["acknowledged"] else "")
             )
     return "\n".join(lines)

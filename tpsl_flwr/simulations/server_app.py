@@ -13,6 +13,7 @@ from flwr.superlink.grid import HttpGrid, InMemoryGrid
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.experiment import RESULTS_FILE, run_label_party
 from tpsl_flwr.experiments.run_folder import run_in_folder
+from tpsl_flwr.privacy.epsilon_text import epsilon_text, results_total_text
 
 app = ServerApp()
 
@@ -57,8 +58,8 @@ def main(grid: Grid, context: Context) -> None:
         results["seconds"],
         metric,
         results.get(metric, float("nan")),
-        results["epsilon_spent"],
+        epsilon_text(results["epsilon_spent"]),
         results.get("run_kind"),
-        results.get("epsilon_total"),
+        results_total_text(results),
         out / RESULTS_FILE,
     )

@@ -16,9 +16,10 @@ from flwr.app import MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp.strategy import Result
 
-from tpsl_flwr.attacks.ceiling import BELOW
+from tpsl_flwr.attacks.ceiling import BELOW, ceiling_text
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.accounting import PrivacySpent
+from tpsl_flwr.privacy.epsilon_text import epsilon_text, total_text
 from tpsl_flwr.release_record import LedgerView
 
 __all__ = [
@@ -53,8 +54,9 @@ class TPSLResult(Result):
         A plain-language remark on the run, or ``None``.
     epsilon_total
         Epsilon composed over every release of these labels in the privacy
-        ledger, this one included, as of this release (``None`` when the
-        strategy was given no release from ``LabelStore.open_release``).
+        ledger, this one included, as of this release: ``inf`` where one of
+        them has no pure guarantee (Gaussian) or no protection; ``None`` only
+        when the strategy was given no release from ``LabelStore.open_release``.
     """
 
     privacy: PrivacySpent | None = None
@@ -117,8 +119,9 @@ _TRAINING = frozenset(
 def progress_line(entry: dict[str, Any]) -> str:
     """One log line for an epoch: throughput, test metrics, attack AUCs.
 
-    Each attack shows its standard error over the epoch's samples, and an AUC
-    above the epsilon-DP ceiling says whether that is within sampling error
+    Each attack shows its standard error over the epoch's samples (the
+    ceiling as :func:`~tpsl_flwr.attacks.ceiling.ceiling_text` states it), and
+    an AUC above the epsilon-DP ceiling says whether that is within sampling error
     or above the ceiling (:func:`~tpsl_flwr.attacks.ceiling.ceiling_verdict`).
 
     Examples
@@ -129,6 +132,13 @@ def progress_line(entry: dict[str, Any]) -> str:
     ...     "ceiling_verdict": {"norm": "below the ceiling",
     ...                         "sda": "within sampling error"}}})
     '900 samples/s, attack norm 0.610 ± 0.026, sda 0.733 ± 0.023 (ceiling 0.731, within sampling error)'
+
+    With a prior-aware ceiling (a posterior-trained top model), the plain
+    eps ceiling is printed beside it:
+
+    >>> progress_line({"samples_per_second": 900.0, "attack_auc": {
+    ...     "sda": 0.724, "auc_bound": 0.828, "auc_bound_without_prior": 0.7311}})
+    '900 samples/s, attack sda 0.724 (ceiling 0.731 at eps 1; 0.828 with the label prior)'
     """  # noqa: E501
     parts = [f"{entry['samples_per_second']:.0f} samples/s"]
     for key in ("test_auc", "test_accuracy", "test_logloss"):
@@ -139,6 +149,8 @@ def progress_line(entry: dict[str, Any]) -> str:
         errors = attacks.get("standard_error") or {}
         verdicts = attacks.get("ceiling_verdict") or {}
         bound = attacks.get("auc_bound")
+        if bound is not None:
+            ceiling = ceiling_text(bound, attacks.get("auc_bound_without_prior"))
         found, flagged = [], False
         for name in ("norm", "spectral", "sda", "sda_top1"):
             value = attacks.get(name)
@@ -150,11 +162,11 @@ def progress_line(entry: dict[str, Any]) -> str:
                 text += f" ± {se:.3f}"
             verdict = verdicts.get(name)
             if verdict is not None and verdict != BELOW:
-                text += f" (ceiling {bound:.3f}, {verdict})"
+                text += f" ({ceiling}, {verdict})"
                 flagged = True
             found.append(text)
         if not flagged and bound is not None and found:
-            found[-1] += f" (ceiling {bound:.3f})"
+            found[-1] += f" ({ceiling})"
         parts.append("attack " + ", ".join(found))
     return ", ".join(parts)
 
@@ -204,12 +216,14 @@ def log_settings(
         party.placement,
         party.reuse_noise,
     )
-    log(INFO, "\t├── Epsilon spent per label: %s", spent.epsilon)
+    log(INFO, "\t├── Epsilon spent per label: %s", epsilon_text(spent.epsilon))
     if ledger is not None:
         log(
             INFO,
             "\t├── Epsilon total over these labels' releases: %s (%s release%s)",
-            ledger.total.epsilon,
+            total_text(
+                ledger.total.epsilon, ledger.total.epsilon_at_delta, ledger.total.delta
+            ),
             ledger.total.releases,
             "" if ledger.total.releases == 1 else "s",
         )
