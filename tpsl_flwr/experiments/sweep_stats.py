@@ -214,7 +214,7 @@ def key_cell(rows: Sequence[Row]) -> str:
 
 
 def key_line(rows: Sequence[Row]) -> str:
-    """The sentence of a sweep's report on its noise keys (seeded: rehearsal).
+    """The sentences of a sweep's report on its noise keys and run kinds.
 
     Examples
     --------
@@ -227,12 +227,16 @@ def key_line(rows: Sequence[Row]) -> str:
     counts = f"{seeded} of {len(origins)} runs used a seeded key"
     if unknown:
         counts += f" ({unknown} of unknown origin)"
+    kinds = [r.get("run_kind") for r in rows]
+    rehearsals, releases = kinds.count("rehearsal"), kinds.count("release")
     return (
-        f"Noise keys: {counts} (`key` column; `key_origin` and `rehearsal` in "
+        f"Noise keys: {counts} (`key` column; `key_origin` and `seeded_key` in "
         "runs.csv). A seeded key is reproducible by anyone who knows the seed, "
-        "who can recompute and subtract the noise: seeded runs are rehearsals "
-        "that show utility, not protection. Only runs whose key came from the "
-        "OS (`os`) show protection."
+        "who can recompute and subtract the noise: seeded runs show utility, "
+        "not protection. Only runs whose key came from the OS (`os`) show "
+        f"protection. Privacy ledger: {rehearsals} rehearsal(s) (every node "
+        "started by the label party: recorded, not counted in `total`) and "
+        f"{releases} release(s) (`run_kind` in runs.csv)."
     )
 
 
