@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tpsl_flwr.attacks.metrics import pooled_auc
-from tpsl_flwr.errors import PrivacyError, ReleaseRefused
+from tpsl_flwr.errors import ConfigError, PrivacyError, ReleaseRefused
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.experiment import is_rehearsal
 from tpsl_flwr.experiments.run import run_experiment, run_inprocess_experiment
@@ -136,6 +136,34 @@ def test_a_validation_hold_out_other_than_the_releases_is_refused(tmp_path):
         TPSLStrategy(_party(release.key), epochs=1, release=release)
 
 
+def test_privacy_computed_for_another_epsilon_than_the_binding_is_refused(tmp_path):
+    """Review: an eps-4 binding recorded at the eps 1 its privacy was made for."""
+    four = make_mechanism("laplace", epsilon=4.0)
+    binding = NoiseBinding.of(
+        mechanism=four, placement="logits", reuse_noise=True, id_space=SPACE
+    )
+    with pytest.raises(ConfigError, match=r"spends epsilon 1\.0 over 1 release"):
+        LabelStore(tmp_path / "lp").open_release(
+            binding,
+            resume=False,
+            labels=LabelRecords(IDS, Y),
+            privacy=privacy_spent(mechanism=make_mechanism("laplace", epsilon=1.0)),
+        )
+    assert not (tmp_path / "lp").exists()
+
+
+def test_a_release_key_is_checked_again_when_the_strategy_starts(tmp_path):
+    """Review: a bound key without its release, more rounds, a party changed."""
+    release = _open(tmp_path / "lp", epochs=2)
+    with pytest.raises(PrivacyError, match="belongs to a release"):
+        TPSLStrategy(_party(release.key), epochs=1)
+    # Start checks again, before any node is contacted (grid None: never used).
+    strategy = TPSLStrategy(_party(release.key), epochs=2, release=release)
+    strategy.party.mechanism = make_mechanism("laplace", epsilon=8.0)
+    with pytest.raises(PrivacyError, match=r"epsilon \(1.0 -> 8.0\)"):
+        strategy.start(grid=None)  # type: ignore[arg-type]
+
+
 # ------------------------------------------------ item 3: a ledger not reset
 def test_a_missing_secret_over_ledger_entries_is_refused(tmp_path):
     """Reproduction 3: a new secret made the same labels two sets at total 1."""
@@ -166,6 +194,7 @@ def _shifted_copies(y):
         "first row duplicated": np.r_[y[0], y],
         "5 rows dropped": np.delete(y, rng.choice(y.size, 5, replace=False)),
         "5 rows added": np.insert(y, rng.choice(y.size, 5), 1),
+        "every label flipped": 1 - y,
     }
 
 
@@ -294,18 +323,28 @@ def test_a_release_that_failed_before_its_first_gradient_is_void(tmp_path, crite
 
 
 def test_a_deployment_is_a_release_unless_the_label_partys_launcher_marked_it(
-    tmp_path,
+    tmp_path, monkeypatch
 ):
     from flwr.superlink.grid import HttpGrid, InMemoryGrid
 
+    from tpsl_flwr.engines.processes import LAUNCH_ID_ENV
+
     deployment = object.__new__(HttpGrid)  # only its type is read
     store = LabelStore(tmp_path / "lp")
+    monkeypatch.setenv(LAUNCH_ID_ENV, "launch-a")  # what this ServerApp inherited
     assert not is_rehearsal(deployment, store)  # someone else's SuperNodes
-    store.mark_rehearsal()  # the local deployment engine started every node
+    store.mark_rehearsal("launch-a")  # the local deployment engine's own launch
     assert is_rehearsal(deployment, store)
     assert not is_rehearsal(deployment, store)  # taken: no later run finds it
-    store.mark_rehearsal()
-    os.utime(store.folder / "rehearsal.json")
+    # A crashed launcher's mark never makes another launch's run a rehearsal.
+    store.mark_rehearsal("launch-crashed")
+    assert not is_rehearsal(deployment, store)
+    assert not (store.folder / "rehearsal.json").exists()
+    monkeypatch.delenv(LAUNCH_ID_ENV)  # `flwr run . remote`: no launch of ours
+    store.mark_rehearsal("launch-a")
+    assert not is_rehearsal(deployment, store)
+    monkeypatch.setenv(LAUNCH_ID_ENV, "launch-a")
+    store.mark_rehearsal("launch-a")
     record = json.loads((store.folder / "rehearsal.json").read_text())
     record["written"] -= 3600  # a launcher's mark from an hour ago
     (store.folder / "rehearsal.json").write_text(json.dumps(record))
@@ -392,3 +431,20 @@ def test_the_cli_refusal_names_the_command_and_writes_nothing(tmp_path, criteo_f
     )
     assert second.returncode == 2 and "--new-release" in second.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_a_serverapp_refuses_an_installed_bundle_holding_a_key(tmp_path, monkeypatch):
+    """Review: a plain ``flwr run .`` packed a sweep folder with its key."""
+    from tpsl_flwr.engines.app_bundle import check_installed_app
+
+    home = tmp_path / "flwr-home"
+    app = home / "apps" / "tpsl-flwr.tpsl-flwr.0.1.0.abcd1234"
+    (app / "mysweep" / "runs" / "a" / "label-party").mkdir(parents=True)
+    (app / "pyproject.toml").write_text("[project]\n")
+    (app / "mysweep" / "runs" / "a" / "label-party" / "noise-key.json").write_text("{}")
+    monkeypatch.setenv("FLWR_HOME", str(home))
+    monkeypatch.setattr(sys, "path", [str(app), *sys.path])
+    with pytest.raises(PrivacyError, match=r"noise-key\.json"):
+        check_installed_app()
+    monkeypatch.setattr(sys, "path", sys.path[1:])
+    check_installed_app()  # not started from an installed bundle: nothing to check

@@ -241,7 +241,9 @@ def _class_minima(
     last = -1  # the class's last record seen, -1 before the first
     gaps = np.zeros(0, np.uint64)  # the last run_gaps - 1 gaps carried over
     hashes = np.zeros(0, np.uint64)  # the last width - 1 hashes carried over
-    tag = np.uint64((label * 64 + run_gaps) * int(coefficients[-2]) % 2**64)
+    # No class in the tag: a copy with its classes renamed (0 <-> 1) is the
+    # same labels, and its gap sequences hash the same.
+    tag = np.uint64(run_gaps * int(coefficients[-2]) % 2**64)
     for start in range(0, values.size, _CHUNK_ROWS):
         where = np.flatnonzero(values[start : start + _CHUNK_ROWS] == label) + start
         if where.size == 0:

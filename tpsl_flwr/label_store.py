@@ -227,32 +227,44 @@ class LabelStore:
         }
         return write_private(self.folder / ACK_FILE, json.dumps(record).encode())
 
-    def mark_rehearsal(self) -> Path:
-        """Say that the next run here is a rehearsal: its launcher starts every node.
+    def mark_rehearsal(self, launch: str) -> Path:
+        """Say that the run of ``launch`` is a rehearsal (every node started here).
 
-        Taken by that run; stale after :data:`REHEARSAL_LIFETIME_S`. Only the
-        label party writes its folder, so no node can mark a release as a
-        rehearsal.
+        ``launch`` is the launch id the launcher gave every process it started
+        (the ServerApp inherits it): a mark counts only for the run whose
+        ServerApp carries the same id, so a mark a crashed launcher left
+        behind never makes another run (``flwr run`` against someone else's
+        SuperNodes) a rehearsal. Taken by that run; stale after
+        :data:`REHEARSAL_LIFETIME_S`. Only the label party writes its folder,
+        so no node can mark a release as a rehearsal.
         """
-        record = {"written": time.time()}
+        if not launch:
+            raise ConfigError("a rehearsal mark needs the launch id of its run")
+        record = {"written": time.time(), "launch": launch}
         return write_private(self.folder / REHEARSAL_FILE, json.dumps(record).encode())
 
     def clear_rehearsal_mark(self) -> None:
         """Remove a rehearsal mark the run did not take (a launcher's finally)."""
         (self.folder / REHEARSAL_FILE).unlink(missing_ok=True)
 
-    def take_rehearsal_mark(self) -> bool:
-        """Whether a fresh rehearsal mark was here; it is removed either way."""
+    def take_rehearsal_mark(self, launch: str | None) -> bool:
+        """Whether a fresh mark for launch ``launch`` was here.
+
+        ``launch``: the launch id this process inherited (None: none). A mark
+        is removed when it is read, whoever's it was.
+        """
         path = self.folder / REHEARSAL_FILE
         if not path.exists():
             return False
         try:
-            written = float(json.loads(read_private(path))["written"])
+            record = json.loads(read_private(path))
+            written, marked = float(record["written"]), str(record["launch"])
         except (ValueError, KeyError, TypeError) as err:
             raise PrivacyError(f"{path} is not a rehearsal mark: {err}") from None
         finally:
             path.unlink(missing_ok=True)
-        return 0 <= time.time() - written <= REHEARSAL_LIFETIME_S
+        fresh = 0 <= time.time() - written <= REHEARSAL_LIFETIME_S
+        return fresh and launch is not None and marked == launch
 
     def counts_as_release(self) -> bool:
         """Whether the label party asked that the next run count as a release."""

@@ -300,6 +300,7 @@ def ledger_entry(
     parameter = next(
         (p for p in ("epsilon", "sigma") if settings.get(p) is not None), None
     )
+    _check_privacy_of(settings, parameter, privacy)
     return LedgerEntry(
         key_fingerprint=key.fingerprint,
         mechanism=str(settings.get("mechanism")),
@@ -316,6 +317,41 @@ def ledger_entry(
         acknowledged=acknowledged,
         kind=kind,
     )
+
+
+def _check_privacy_of(
+    settings: Any, parameter: str | None, privacy: PrivacySpent
+) -> None:
+    """Refuse a ``privacy`` that is not what the binding's mechanism spends.
+
+    The ledger line takes its epsilon from ``privacy``: computed for another
+    parameter or number of classes than the binding's, it would record a
+    wrong epsilon for the noise the key really releases.
+    """
+    from tpsl_flwr.privacy.accounting import privacy_spent
+    from tpsl_flwr.privacy.mechanisms import make_mechanism
+
+    options = {} if parameter is None else {parameter: settings[parameter]}
+    mechanism = make_mechanism(
+        str(settings.get("mechanism")),
+        num_classes=int(settings.get("num-classes") or 2),
+        **options,
+    )
+    expected = privacy_spent(
+        mechanism=mechanism,
+        placement=privacy.placement,
+        epochs=privacy.epochs,
+        reuse_noise=privacy.reuse_noise,
+        delta=privacy.delta,
+    )
+    if (expected.epsilon, expected.releases) != (privacy.epsilon, privacy.releases):
+        raise ConfigError(
+            f"privacy spends epsilon {privacy.epsilon} over {privacy.releases} "
+            f"release(s) but the binding's {mechanism.name} "
+            f"({parameter} {options.get(parameter or '')}) spends {expected.epsilon} "
+            f"over {expected.releases}: pass privacy_spent(...) of the run's own "
+            "mechanism, placement, epochs and reuse"
+        )
 
 
 def _check_budget(

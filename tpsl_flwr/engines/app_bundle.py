@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -31,7 +32,13 @@ from typing import Any
 from tpsl_flwr.engines.flower_env import read_toml
 from tpsl_flwr.errors import ConfigError, PrivacyError
 
-__all__ = ["PRIVATE_NAMES", "bundle_files", "check_bundle", "staged_app"]
+__all__ = [
+    "PRIVATE_NAMES",
+    "bundle_files",
+    "check_bundle",
+    "check_installed_app",
+    "staged_app",
+]
 
 PRIVATE_NAMES = (
     "label-party",  # the label party's folder (LABEL_DIR): key, checkpoints, labels
@@ -194,6 +201,37 @@ def check_bundle(files: Mapping[str, Path]) -> None:
                     f"bundle, but {part!r} names a private output of this "
                     "project; move it out of the app's packages"
                 )
+
+
+def check_installed_app() -> None:
+    """Refuse to start if the bundle Flower installed for this app is not code only.
+
+    A plain ``flwr run .`` (not through the project's launchers, which stage
+    the app: :func:`staged_app`) packs the whole folder, run folders and keys
+    included. The ServerApp calls this before its first message: Flower puts
+    the installed bundle (``$FLWR_HOME/apps/...``) on ``sys.path``, and the
+    SuperNodes fetch it only with their first message, so a refusal here
+    ships nothing. A ServerApp not started from an installed bundle (the
+    in-process engine) has nothing to check.
+
+    Raises
+    ------
+    PrivacyError
+        As :func:`check_bundle`, naming the file.
+    """
+    from flwr.common.config import get_flwr_home
+
+    installed = (get_flwr_home() / "apps").resolve()
+    for entry in dict.fromkeys(sys.path):
+        folder = Path(entry or ".").resolve()
+        if installed in folder.parents and folder.is_dir():
+            check_bundle(
+                {
+                    path.relative_to(folder).as_posix(): path
+                    for path in sorted(folder.rglob("*"))
+                    if path.is_file()
+                }
+            )
 
 
 @contextmanager

@@ -162,15 +162,20 @@ def is_rehearsal(grid: Grid, store: LabelStore) -> bool:
     in-process grid and Flower's Ray simulation (``InMemoryGrid``: the nodes
     are actors of the simulation's own process tree) are rehearsals; a
     deployment (``HttpGrid``) is one only if the label party's own launcher
-    left a fresh mark in its folder (:meth:`LabelStore.mark_rehearsal`, the
+    left a fresh mark in its folder for this very launch: the mark names the
+    launch id the launcher gave every process it started, and this ServerApp
+    must have inherited the same (:meth:`LabelStore.mark_rehearsal`, the
     local deployment engine). Any other grid is a release. A mark is taken
     (removed) either way, so that no later run finds it.
     """
+    import os
+
     from flwr.superlink.grid import InMemoryGrid
 
     from tpsl_flwr.engines.inprocess import InProcessGrid
+    from tpsl_flwr.engines.processes import LAUNCH_ID_ENV
 
-    marked = store.take_rehearsal_mark()
+    marked = store.take_rehearsal_mark(os.environ.get(LAUNCH_ID_ENV))
     return isinstance(grid, (InProcessGrid, InMemoryGrid)) or marked
 
 

@@ -336,10 +336,7 @@ def _run_on_deployment(
     out_dir.mkdir(parents=True, exist_ok=True)
     results_path = out_dir / RESULTS_FILE
     (out_dir / FAILED_FILE).unlink(missing_ok=True)
-    # Every node of this deployment is started here, by the label party: the
-    # run is a rehearsal (the ServerApp takes the mark; removed in any case).
     store = LabelStore(Path(cfg.label_party_dir).resolve())
-    store.mark_rehearsal()
     with failed_on_error(out_dir), _removing(store.clear_rehearsal_mark):
         with DeploymentRuntime(
             cfg.num_parties,
@@ -348,6 +345,9 @@ def _run_on_deployment(
             party_workers=workers,
             worker_run_config={**app_config(app), **run_config},
         ) as runtime:
+            # Every node of this deployment was started here, by the label
+            # party: a rehearsal, for the ServerApp of this launch alone.
+            store.mark_rehearsal(runtime.launch_id)
             run = runtime.run(app, run_config, timeout=timeout, check=False)
         if echo is not None:
             shown = [line for line in run.output.splitlines() if progress_line(line)]

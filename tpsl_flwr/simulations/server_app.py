@@ -10,6 +10,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.superlink.grid import HttpGrid, InMemoryGrid
 
+from tpsl_flwr.engines.app_bundle import check_installed_app
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.experiment import RESULTS_FILE, run_label_party
 from tpsl_flwr.experiments.run_folder import run_in_folder
@@ -42,9 +43,14 @@ def main(grid: Grid, context: Context) -> None:
     """
     cfg = ExperimentConfig.from_run_config(context.run_config)
     out = Path(cfg.out_dir)
+
+    def run() -> dict:
+        check_installed_app()  # a plain `flwr run .` may have packed run folders
+        return run_label_party(grid, cfg, engine=engine_of(grid))
+
     results = run_in_folder(
         out,
-        lambda: run_label_party(grid, cfg, engine=engine_of(grid)),
+        run,
         results_file=None,  # run_label_party writes results.json and the report
     )
     assert results is not None

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "StepState",
+    "check_release",
     "refuse_configs",
     "restore_release",
     "save_checkpoint",
@@ -157,10 +158,11 @@ class StepState:
     scale: float = 1.0
 
 
-def restore_release(strategy: TPSLStrategy, release: Release) -> None:
-    """Check the strategy against its release; continue from its saved state.
+def check_release(strategy: TPSLStrategy, release: Release) -> None:
+    """Refuse a strategy that would train otherwise than its release says.
 
-    Before any step: the release's key is the label party's, the party
+    Before any step (the constructor, and ``start`` again after its
+    ``num_rounds``): the release's key is the label party's, the party
     states the release's mechanism, parameter, placement and noise reuse
     (:func:`~tpsl_flwr.noise_binding.check_bound`), the strategy spends no
     more releases per label than the ledger recorded, and holds out the
@@ -169,7 +171,7 @@ def restore_release(strategy: TPSLStrategy, release: Release) -> None:
     Raises
     ------
     PrivacyError
-        Naming what differs; nothing is sent then.
+        Naming what differs.
     """
     party = strategy.party
     if release.key != party.key:
@@ -206,6 +208,18 @@ def restore_release(strategy: TPSLStrategy, release: Release) -> None:
             "noisy labels were released for validation would be trained on (or "
             "the reverse); state the release's value"
         )
+
+
+def restore_release(strategy: TPSLStrategy, release: Release) -> None:
+    """Check the strategy against its release; continue from its saved state.
+
+    Raises
+    ------
+    PrivacyError
+        As :func:`check_release`; nothing is sent then.
+    """
+    check_release(strategy, release)
+    party = strategy.party
     if release.party_state is not None:
         party.load_state_dict(release.party_state)
         strategy.start_epoch = release.start_epoch

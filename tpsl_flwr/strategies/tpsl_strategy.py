@@ -33,6 +33,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
+from tpsl_flwr.errors import PrivacyError
 from tpsl_flwr.experiments.validation_settings import resolve_validation
 from tpsl_flwr.label_store import LabelStore, Release
 from tpsl_flwr.parties import LabelParty
@@ -47,6 +48,7 @@ from tpsl_flwr.strategies.epoch_log import (
 )
 from tpsl_flwr.strategies.epoch_loop import (
     StepState,
+    check_release,
     refuse_configs,
     restore_release,
     save_checkpoint,
@@ -215,6 +217,12 @@ class TPSLStrategy(Strategy):
         self._release = release
         if release is not None:
             restore_release(self, release)
+        elif label_party.key.binding is not None:
+            raise PrivacyError(
+                f"the label party's key ({label_party.key.fingerprint}) belongs to "
+                "a release: pass it as release=..., so the strategy is checked "
+                "against what the ledger recorded"
+            )
 
     @property
     def privacy(self) -> PrivacySpent:
@@ -383,6 +391,9 @@ class TPSLStrategy(Strategy):
         ------
         ConfigError
             For a non-empty ``train_config`` or ``evaluate_config``.
+        PrivacyError
+            If the strategy, with ``num_rounds``, or its party no longer
+            match the release (:func:`~tpsl_flwr.strategies.epoch_loop.check_release`).
         """
         refuse_configs(train_config=train_config, evaluate_config=evaluate_config)
         if num_rounds is not None:
@@ -390,6 +401,8 @@ class TPSLStrategy(Strategy):
             self.epochs = num_rounds
         if initial_arrays is not None and len(initial_arrays):
             self.party.top.load_state_dict(initial_arrays.to_torch_state_dict())
+        if self._release is not None:  # num_rounds, or a party changed since
+            check_release(self, self._release)
         log(INFO, "Starting TPSLStrategy (label party):")
         self.summary()
         resume = self.start_epoch if self.start_epoch > 0 else None
