@@ -70,6 +70,8 @@ class _StandInRuntime:
         self.options = options
         self.runs: list[tuple[Path, dict[str, Any], float]] = []
         self.key_before_run = False
+        self.rehearsal_marked = False
+        self.launch_id = "stand-in"
         self.started = self.stopped = False
         _StandInRuntime.instances.append(self)
 
@@ -91,7 +93,10 @@ class _StandInRuntime:
         config = dict(run_config or {})
         self.runs.append((Path(app_dir), config, timeout))
         cfg = ExperimentConfig.from_run_config(config)
-        self.key_before_run = LabelStore(cfg.label_party_dir).key_path.exists()
+        store = LabelStore(cfg.label_party_dir)
+        self.key_before_run = store.key_path.exists()
+        # The engine marked this launch's run a rehearsal, for its ServerApp.
+        self.rehearsal_marked = (store.folder / "rehearsal.json").exists()
         out = Path(config["out-dir"])
         results = {
             "engine": "deployment",
@@ -153,6 +158,8 @@ def test_simulate_engine_deployment_secure_wiring(tmp_path, monkeypatch, capsys)
     assert not any("seed" in key and key != "seed" for key in run_config)
     # the seeded key was in the label party's folder before the run
     assert runtime.key_before_run
+    assert runtime.rehearsal_marked  # taken by the run's ServerApp, else removed
+    assert not (tmp_path / "run" / "label-party" / "rehearsal.json").exists()
     # results: engine and round trip (1 train round trip + 1 test query)
     results = json.loads((out / "results.json").read_text())
     assert results["engine"] == "deployment"
