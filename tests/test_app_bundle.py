@@ -180,6 +180,25 @@ def test_a_module_component_and_a_missing_one(tmp_path):
         bundle_files(app)
 
 
+def test_an_installed_component_is_loaded_from_the_environment(tmp_path):
+    # Prepare: the project's own ServerApp, installed, beside a probe ClientApp
+    app = tmp_path / "probe-app"
+    shutil.copytree(EXAMPLE, app, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (app / "pyproject.toml").read_text()
+    text = text.replace(
+        '"binary_tabular.server_app:app"', '"tpsl_flwr.simulations.server_app:app"'
+    )
+    (app / "pyproject.toml").write_text(text)
+
+    # Execute / Assert: nothing of tpsl_flwr ships; an unknown module is refused
+    held = set(bundle_files(app))
+    assert not any(name.startswith("tpsl_flwr") for name in held)
+    assert "binary_tabular/client_app.py" in held
+    (app / "pyproject.toml").write_text(text.replace("tpsl_flwr.", "no_such_pkg."))
+    with pytest.raises(ConfigError, match="no installed module 'no_such_pkg'"):
+        bundle_files(app)
+
+
 def test_flwr_run_gives_flower_the_staged_folder(tmp_path, monkeypatch):
     # Prepare: a stand-in `flwr run` that records the folder it was given
     app = _copy_example(tmp_path)

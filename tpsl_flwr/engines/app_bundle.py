@@ -19,6 +19,7 @@ before anything is sent, a file named like one of the project's private outputs
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -89,11 +90,14 @@ def _component_roots(app_dir: Path, config: Mapping[str, Any]) -> list[str]:
             roots.append(top)
         elif (app_dir / f"{top}.py").is_file():
             roots.append(f"{top}.py")
-        else:
+        elif importlib.util.find_spec(top) is None:
             raise ConfigError(
                 f"component {key} = {ref!r} of {app_dir / _CONFIG_FILE}: neither "
-                f"{app_dir / top}/ nor {app_dir / top}.py exists"
+                f"{app_dir / top}/ nor {app_dir / top}.py exists, and no installed "
+                f"module {top!r} either"
             )
+        # else: an installed package (this plugin, say), loaded from the
+        # environment on every machine, not shipped in the bundle.
     return sorted(set(roots))
 
 
