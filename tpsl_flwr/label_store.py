@@ -266,10 +266,6 @@ class LabelStore:
         fresh = 0 <= time.time() - written <= REHEARSAL_LIFETIME_S
         return fresh and launch is not None and marked == launch
 
-    def counts_as_release(self) -> bool:
-        """Whether the label party asked that the next run count as a release."""
-        return self._read_decisions()["release"]
-
     def void(self, release: Release) -> None:
         """Mark a fresh release void: its run failed before a gradient left.
 
@@ -495,8 +491,8 @@ class LabelStore:
 
     def _read_decisions(self) -> dict[str, Any]:
         """The label party's decisions for this run (see acknowledge_new_release)."""
-        none = {"budget": None, "new_release": False, "unprotected": False}
-        none |= {"release": False}
+        flags = ("new_release", "unprotected", "release")
+        none: dict[str, Any] = {"budget": None, **dict.fromkeys(flags, False)}
         path = self.folder / ACK_FILE
         if not path.exists():
             return none
