@@ -448,3 +448,19 @@ def test_a_serverapp_refuses_an_installed_bundle_holding_a_key(tmp_path, monkeyp
         check_installed_app()
     monkeypatch.setattr(sys, "path", sys.path[1:])
     check_installed_app()  # not started from an installed bundle: nothing to check
+
+
+def test_a_shared_rehearsal_is_recorded_as_a_release(tmp_path, criteo_file):
+    """A rehearsal's nodes' outputs, once shared, release the labels."""
+    from tpsl_flwr.simulations.cli import main
+
+    rehearsal = run_experiment(_criteo(tmp_path / "r", criteo_file, epsilon=2.0))
+    assert rehearsal["run_kind"] == "rehearsal" and rehearsal["epsilon_total"] == 0
+    label_dir = str(tmp_path / "r" / "label-party")
+    assert main(["ledger", "release", label_dir]) == 0
+    ((_, entries),) = PrivacyLedger().sets()
+    assert [e.kind for e in entries] == ["rehearsal", "release"]
+    assert PrivacyLedger().total(PrivacyLedger().sets()[0][0]).epsilon == 2.0
+    # A further real release is now refused, naming the total with the shared one.
+    with pytest.raises(ReleaseRefused, match="total would be epsilon 3"):
+        run_experiment(_criteo(tmp_path / "rel", criteo_file, release=True))

@@ -46,6 +46,7 @@ Layout of the folder (``0700``; every file ``0600``, see
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -279,6 +280,53 @@ class LabelStore:
             )
         PrivacyLedger(release.ledger.folder if release.ledger else None).void(
             release.label_set, release.entry
+        )
+
+    def record_shared(
+        self,
+        *,
+        new_release: bool = False,
+        unprotected_release: bool = False,
+        ledger: PrivacyLedger | None = None,
+    ) -> LedgerView:
+        """Count this folder's rehearsal as a release: its outputs were shared.
+
+        A rehearsal's nodes computed their bottom models (and anything else
+        they keep) from the perturbed gradients; handing those to someone
+        else releases the labels at the run's epsilon under its key. The
+        rehearsal's ledger line is appended again as a release, admitted as a
+        fresh release would be (a further release needs ``new_release``, an
+        unprotected one ``unprotected_release``).
+
+        Raises
+        ------
+        PrivacyError
+            If the folder holds no bound key or the ledger no line of it.
+        ReleaseRefused
+            As :func:`~tpsl_flwr.release_record.admit_release`.
+        """
+        if not self.key_path.exists():
+            raise PrivacyError(f"no noise key in {self.folder}: no run to record")
+        key, _, bound, _ = self._read_key()
+        if bound is None:
+            raise PrivacyError(f"the key in {self.key_path} was never used by a run")
+        book = ledger if ledger is not None else PrivacyLedger()
+        found = book.lines_of(key.fingerprint)
+        if found is None:
+            raise PrivacyError(
+                f"the ledger {book.folder} holds no line of key {key.fingerprint}"
+            )
+        label_set, line = found
+        entry = dataclasses.replace(
+            line, kind=RELEASE, time="", acknowledged=new_release
+        )
+        return admit_release(
+            book,
+            label_set,
+            entry,
+            acknowledged=new_release,
+            budget=None,
+            unprotected=unprotected_release,
         )
 
     def open_release(

@@ -278,6 +278,15 @@ class PrivacyLedger:
         """The composed spend over the set's releases (and ``extra``, if new)."""
         return compose_latest([*self.entries(label_set), *([extra] if extra else [])])
 
+    def lines_of(self, key_fingerprint: str) -> tuple[LabelSet, LedgerEntry] | None:
+        """The label set and the largest line of the key, or None if unknown."""
+        for label_set, entries in self._files():
+            mine = [e for e in entries if e.key_fingerprint == key_fingerprint]
+            mine = [e for e in mine if e.kind != VOID]
+            if mine:
+                return label_set, max(mine, key=lambda e: e.releases)
+        return None
+
     def total_now(self, fingerprint: str) -> LedgerTotal | None:
         """The current total of the set with this fingerprint (None if unknown)."""
         for label_set, _ in self._files():

@@ -6,6 +6,8 @@
   mechanism, epsilon, epochs, run and time, and the set's total over its
   counted releases, pure and at ``delta = 1e-5`` (a set with a Gaussian
   release has no pure total: ``inf (no pure guarantee; ...)``).
+* ``ledger release LABEL_DIR``: a rehearsal whose outputs (the nodes'
+  bottom models, say) were shared is a release: record it as one.
 * ``ledger acknowledge LABEL_DIR [--budget X]``: the label party's decision
   that the next fresh run with that ``label-dir`` is a further release (for
   plain ``flwr run``, whose ServerApp finds it in the folder; the CLI's
@@ -62,6 +64,21 @@ def add_ledger_parser(subparsers: Any, number: Any) -> None:
         action="store_true",
         help="count the next run as a release whatever its engine",
     )
+    shared = actions.add_parser(
+        "release",
+        help="count the rehearsal of LABEL_DIR as a release (its outputs were shared)",
+    )
+    shared.add_argument("label_dir", help="the rehearsal's label party folder")
+    shared.add_argument(
+        "--new-release",
+        action="store_true",
+        help="acknowledge a further release of labels released before",
+    )
+    shared.add_argument(
+        "--unprotected-release",
+        action="store_true",
+        help="allow it to be an unprotected release (mechanism none)",
+    )
     ledger.set_defaults(handler=cmd_ledger)
 
 
@@ -70,6 +87,17 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     from tpsl_flwr.label_store import LabelStore
     from tpsl_flwr.ledger import PrivacyLedger
 
+    if args.ledger_command == "release":
+        view = LabelStore(args.label_dir).record_shared(
+            new_release=args.new_release,
+            unprotected_release=args.unprotected_release,
+        )
+        print(
+            f"tpsl-flwr ledger: the run of {args.label_dir!r} is recorded as a "
+            f"release; label set {view.label_set} total epsilon "
+            f"{view.total.epsilon} over {view.total.releases} release(s)"
+        )
+        return 0
     if args.ledger_command == "acknowledge":
         path = LabelStore(args.label_dir).acknowledge_new_release(
             args.budget, unprotected=args.unprotected, release=args.release
