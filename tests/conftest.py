@@ -40,11 +40,11 @@ def server_identity() -> Iterator[None]:
 def private_ledger(tmp_path_factory, monkeypatch) -> Iterator[None]:
     """Each test gets its own privacy ledger, never the user's.
 
-    The label party's ledger (:mod:`tpsl_flwr.ledger`) lives outside every run
+    The label party's ledger (:mod:`tpsl_flwr.release.ledger`) lives outside every run
     folder; a test that wrote to the default one would make later runs over
     the same labels refuse. Processes a test starts inherit the variable.
     """
-    from tpsl_flwr.ledger import LEDGER_ENV
+    from tpsl_flwr.release.ledger import LEDGER_ENV
 
     monkeypatch.setenv(LEDGER_ENV, str(tmp_path_factory.mktemp("ledger")))
     yield

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tpsl_flwr.engines.allocator import allocator_choice, tune_allocator
+from tpsl_flwr._util.allocator import allocator_choice, tune_allocator
 
 
 def _is_glibc() -> bool:
@@ -54,7 +54,7 @@ def test_bad_values_are_refused_by_name() -> None:
 # 1 MiB threshold it is mapped on its own (mallinfo2's hblkhd grows).
 _PROBE = """
 import ctypes, sys
-from tpsl_flwr.engines.allocator import tune_allocator
+from tpsl_flwr._util.allocator import tune_allocator
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in (
         "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks "
@@ -105,7 +105,7 @@ def test_the_local_engine_asks_at_its_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Prepare
-    from tpsl_flwr.engines import allocator
+    from tpsl_flwr._util import allocator
     from tpsl_flwr.experiments.config import ExperimentConfig
     from tpsl_flwr.experiments.run import run_experiment
 

@@ -106,7 +106,7 @@ def test_the_projects_own_app_stages_its_package_and_package_data(tmp_path):
         if "__pycache__" not in p.parts
     }
     expected |= {
-        "tpsl_flwr/engines/fleet-proxy.nginx.conf",
+        "tpsl_flwr/engines/deployment/fleet-proxy.nginx.conf",
         *(
             f"tpsl_flwr/simulations/configs/{p.name}"
             for p in (app / "tpsl_flwr/simulations/configs").glob("*.toml")
@@ -147,8 +147,8 @@ def test_private_names_cover_the_projects_private_outputs():
     from tpsl_flwr.experiments.config import LABEL_DIR
     from tpsl_flwr.experiments.experiment import EVALUATION_LABELS
     from tpsl_flwr.experiments.run_folder import RUN_ENTRIES
-    from tpsl_flwr.label_store import ACK_FILE, CHECKPOINT_FILE, KEY_FILE
-    from tpsl_flwr.ledger import SECRET_FILE
+    from tpsl_flwr.release.ledger import SECRET_FILE
+    from tpsl_flwr.release.store import ACK_FILE, CHECKPOINT_FILE, KEY_FILE
 
     names = {LABEL_DIR, KEY_FILE, CHECKPOINT_FILE, ACK_FILE, EVALUATION_LABELS}
     names |= {SECRET_FILE, "0123abcd.jsonl", PUBLIC_SUMMARY}

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from tpsl_flwr.engines.deployment import DeploymentRuntime
+from tpsl_flwr.engines.deployment.runtime import DeploymentRuntime
 from tpsl_flwr.engines.processes import find_launched_processes
-from tpsl_flwr.label_store import LabelStore
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.release.store import LabelStore
 
 REPO = Path(__file__).resolve().parents[1]
 

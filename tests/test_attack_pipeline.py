@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from tpsl_flwr.simulations.cli import main
+from tpsl_flwr.cli.main import main
 from tpsl_flwr.wire.recorder import score_recorded_transcript
 
 

@@ -20,7 +20,7 @@ from tpsl_flwr.experiments.audience import (
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_experiment
 from tpsl_flwr.experiments.run_folder import mark_failed, write_atomic
-from tpsl_flwr.experiments.sweep import CSV_COLUMNS, write_csv, write_public_csv
+from tpsl_flwr.experiments.sweep.run import CSV_COLUMNS, write_csv, write_public_csv
 
 SECRET = 0.123456789
 """A value only the clean-label statistics of :func:`_every_field` hold."""

@@ -6,10 +6,10 @@ import sys
 import pytest
 
 from tpsl_flwr.attacks.mechanism_audit import run_audit
+from tpsl_flwr.cli.main import main
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.closed_forms import sda_auc_laplace
 from tpsl_flwr.privacy.mechanisms import LaplacePerturb, make_mechanism
-from tpsl_flwr.simulations.cli import main
 
 # 100k labels: the SDA AUC's standard error is ~0.0016, so 0.01 is > 6 SE.
 SAMPLES = 100_000
@@ -166,7 +166,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, match, capsys):
 
 def test_installed_command_exits_nonzero_naming_epsilon():
     proc = subprocess.run(
-        [sys.executable, "-m", "tpsl_flwr.simulations.cli", "audit", "--epsilon", "0"],
+        [sys.executable, "-m", "tpsl_flwr.cli", "audit", "--epsilon", "0"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -20,7 +20,7 @@ from tpsl_flwr.attacks import BatchRecord, attack_report
 from tpsl_flwr.attacks.ceiling import ABOVE, BELOW, WITHIN, ceiling_verdict
 from tpsl_flwr.attacks.mechanism_audit import mechanism_gradients, run_audit
 from tpsl_flwr.experiments.run_report import markdown
-from tpsl_flwr.experiments.sweep_report import tables_markdown
+from tpsl_flwr.experiments.sweep.report import tables_markdown
 from tpsl_flwr.privacy.closed_forms import auc_bound
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import make_mechanism

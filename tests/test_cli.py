@@ -6,13 +6,13 @@ import dataclasses
 import pytest
 import torch
 
+from tpsl_flwr.cli.flags import config_from_args
+from tpsl_flwr.cli.main import build_parser, main
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.config_fields import FIELD_HELP
 from tpsl_flwr.experiments.run import run_experiment
-from tpsl_flwr.label_store import LabelStore
-from tpsl_flwr.simulations.cli import build_parser, main
-from tpsl_flwr.simulations.cli_flags import config_from_args
+from tpsl_flwr.release.store import LabelStore
 
 RUN_CONFIG_KEYS = sorted(ExperimentConfig().to_run_config())
 
@@ -137,7 +137,7 @@ def test_the_ray_engine_gets_the_seeded_key_first_and_no_seed(tmp_path, monkeypa
         seen["timeout"] = timeout
         return {"engine": "ray"}
 
-    monkeypatch.setattr("tpsl_flwr.engines.flower_run.run_on_ray", fake_run_on_ray)
+    monkeypatch.setattr("tpsl_flwr.experiments.ray_run.run_on_ray", fake_run_on_ray)
     cfg = ExperimentConfig(noise_seed=5, out_dir=str(tmp_path))
     # Execute
     results = run_experiment(cfg, "ray", timeout=12.0)

@@ -1,11 +1,8 @@
 import dataclasses
 import shutil
 
-from tpsl_flwr.experiments.config import LABEL_PARTY_ONLY, ExperimentConfig
-from tpsl_flwr.experiments.config_fields import FIELD_HELP
-from tpsl_flwr.simulations import cli_reference
-from tpsl_flwr.simulations.cli import build_parser
-from tpsl_flwr.simulations.cli_reference import (
+from tools import reference_page as cli_reference
+from tools.reference_page import (
     COMMAND,
     PROJECT_ROOT,
     REFERENCE,
@@ -13,6 +10,9 @@ from tpsl_flwr.simulations.cli_reference import (
     main,
     render,
 )
+from tpsl_flwr.cli.main import build_parser
+from tpsl_flwr.experiments.config import LABEL_PARTY_ONLY, ExperimentConfig
+from tpsl_flwr.experiments.config_fields import FIELD_HELP
 
 
 def test_the_committed_reference_is_generated_from_this_code():

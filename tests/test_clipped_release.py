@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tpsl_flwr import ConfigError, NoiseKey, make_mechanism
-from tpsl_flwr.auc import binary_auc
+from tpsl_flwr.metrics.auc import binary_auc
 from tpsl_flwr.privacy.clipped_release import (
     clip_moments,
     clipped_unbiased,

@@ -1,6 +1,6 @@
 """Compact per-row arrays: same values, same fingerprints, across chunk boundaries.
 
-Ids are held as int32 and labels as int8 (:mod:`tpsl_flwr.compact_ints`), and
+Ids are held as int32 and labels as int8 (:mod:`tpsl_flwr._util.compact_ints`), and
 the one-off passes over every row run in ``CHUNK_ROWS`` chunks. Every result
 must equal the plain whole-array computation in int64, in particular the keyed
 label-set fingerprint: were it to change with the held dtype, the privacy ledger
@@ -15,7 +15,7 @@ import hmac
 import numpy as np
 import pytest
 
-from tpsl_flwr.compact_ints import (
+from tpsl_flwr._util.compact_ints import (
     CHUNK_ROWS,
     compact_ids,
     index_dtype,
@@ -24,8 +24,8 @@ from tpsl_flwr.compact_ints import (
     true_positions,
 )
 from tpsl_flwr.data.view_records import _intersect, id_space_fingerprint
-from tpsl_flwr.label_set import _DOMAIN, LabelSet, label_digest
-from tpsl_flwr.noise_binding import LabelRecords
+from tpsl_flwr.release.binding import LabelRecords
+from tpsl_flwr.release.label_set import _DOMAIN, LabelSet, label_digest
 
 ROWS = CHUNK_ROWS * 2 + 17  # three chunks, the last one short
 KEY = b"k" * 32

@@ -10,13 +10,13 @@ import torch
 from torch import nn
 
 from tpsl_flwr import ConfigError, NoiseKey, ProtocolError, make_mechanism
-from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.models import TopModel
 from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
 from tpsl_flwr.privacy.accounting import privacy_spent
+from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.testing import run_strategy
-from tpsl_flwr.wire.client_app import make_client_app
+from tpsl_flwr.wire.node_side import make_client_app
 
 ROWS, TEST_ROWS, COLS, WIDTH = 16, 8, 2, 3
 X = np.random.default_rng(0).normal(size=(ROWS + TEST_ROWS, 2 * COLS))

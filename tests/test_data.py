@@ -502,7 +502,7 @@ def test_binary_auc_matches_sklearn_with_ties(pairs: list[tuple[int, int]]) -> N
     st.lists(st.tuples(st.integers(0, 1), st.integers(-3, 3)), min_size=2, max_size=60)
 )
 def test_the_one_auc_is_nan_for_one_class_and_sklearns_otherwise(pairs):
-    from tpsl_flwr.auc import binary_auc
+    from tpsl_flwr.metrics.auc import binary_auc
 
     labels = np.array([p[0] for p in pairs])
     scores = np.array([p[1] for p in pairs], dtype=float)

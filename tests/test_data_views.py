@@ -268,7 +268,7 @@ def test_ids_are_increasing_read_only_and_fingerprinted(
     lv = load_label_view(spec)
     pv = load_party_view(spec, ["pixel_3_3"])
     for ids in (lv.train_ids, lv.test_ids, pv.train_ids):
-        # held compact: int32 below 2**31 records (tpsl_flwr.compact_ints)
+        # held compact: int32 below 2**31 records (tpsl_flwr._util.compact_ints)
         assert ids.dtype == np.int32 and (np.diff(ids) > 0).all()
         with pytest.raises(ValueError, match="read-only"):
             ids[0] = 5

@@ -16,19 +16,19 @@ from typing import Any
 
 import pytest
 
-from tpsl_flwr.engines import deployment
-from tpsl_flwr.engines.flower_run import source_app_dir
+from tpsl_flwr.cli.main import main
+from tpsl_flwr.engines.deployment import runtime as deployment
 from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.ray_run import source_app_dir
 from tpsl_flwr.experiments.run import (
     DEPLOYMENT_LOGS,
     check_engine,
     round_trip_seconds,
     run_experiment,
 )
-from tpsl_flwr.label_store import LabelStore
-from tpsl_flwr.simulations.cli import main
+from tpsl_flwr.release.store import LabelStore
 
 
 def test_unknown_engine_lists_every_engine(tmp_path):

@@ -26,18 +26,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tpsl_flwr.engines.deployment import DeploymentRuntime
-from tpsl_flwr.engines.deployment_faults import (
+from tpsl_flwr.engines.deployment.faults import (
     KilledSupernode,
     kill_supernode,
     restart_supernode,
 )
+from tpsl_flwr.engines.deployment.runtime import DeploymentRuntime
 from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.engines.processes import find_launched_processes
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_inprocess_experiment
-from tpsl_flwr.label_store import LabelStore
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.release.store import LabelStore
 from tpsl_flwr.wire.recorder import load_transcript
 
 APP_DIR = Path(__file__).parents[1]

@@ -32,12 +32,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_ssh_private_key
 from flwr.cli.supernode.register import try_load_public_key
 
-from tpsl_flwr.engines.certificates import (
+from tpsl_flwr.engines.deployment.certificates import (
     create_local_certificates,
     create_supernode_key_pair,
 )
-from tpsl_flwr.engines.deployment import DeploymentRuntime
-from tpsl_flwr.engines.fleet_proxy import BYPASS_ENV
+from tpsl_flwr.engines.deployment.fleet_proxy import BYPASS_ENV
+from tpsl_flwr.engines.deployment.runtime import DeploymentRuntime
 from tpsl_flwr.engines.flower_env import flwr_executable, free_ports, read_toml
 from tpsl_flwr.engines.processes import find_launched_processes
 

@@ -22,7 +22,7 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.task_identity import TaskIdentity
 
-from tpsl_flwr.engines.deployment import DeploymentRuntime
+from tpsl_flwr.engines.deployment.runtime import DeploymentRuntime
 from tpsl_flwr.engines.flower_env import app_config, offline_flower_env
 from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.engines.inprocess import InProcessGrid
@@ -36,8 +36,8 @@ from tpsl_flwr.engines.simulation import run_flwr_simulation
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.experiment import run_label_party
-from tpsl_flwr.label_store import LabelStore
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.release.store import LabelStore
 from tpsl_flwr.simulations.client_app import app as tpsl_client_app
 
 APP_DIR = Path(__file__).parents[1]

@@ -17,11 +17,11 @@ import pytest
 import torch
 from sklearn.metrics import log_loss as sklearn_log_loss
 
-from tpsl_flwr.auc import binary_auc
-from tpsl_flwr.engines.allocator import trim_heap
-from tpsl_flwr.evaluation import classification_metrics, log_loss
+from tpsl_flwr._util.allocator import trim_heap
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_inprocess_experiment
+from tpsl_flwr.metrics.auc import binary_auc
+from tpsl_flwr.metrics.evaluation import classification_metrics, log_loss
 from tpsl_flwr.parties import non_label_party
 from tpsl_flwr.strategies import evaluation_query
 from tpsl_flwr.strategies.evaluation_query import EvaluationAccumulator

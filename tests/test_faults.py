@@ -32,17 +32,17 @@ from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_inprocess_experiment
-from tpsl_flwr.label_store import LabelStore
 from tpsl_flwr.models import TopModel
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import make_mechanism
+from tpsl_flwr.release.store import LabelStore
 from tpsl_flwr.simulations.client_app import builtin_checkpoint_dir as checkpoints
 from tpsl_flwr.simulations.client_app import builtin_party
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.batch_pack import gradient_batches, id_batches, stack_rows
-from tpsl_flwr.wire.client_app import make_client_app
+from tpsl_flwr.wire.node_side import make_client_app
 
 NODES = {101: 0, 202: 1}  # node id -> partition
 WIDTH = 2

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tpsl_flwr.finite import all_finite
+from tpsl_flwr._util.finite import all_finite
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])

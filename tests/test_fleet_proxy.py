@@ -19,10 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from tpsl_flwr.engines import fleet_proxy
-from tpsl_flwr.engines.certificates import create_local_certificates
-from tpsl_flwr.engines.deployment import DeploymentRuntime
-from tpsl_flwr.engines.fleet_proxy import FLEET_PREFIX, find_nginx, render_config
+from tpsl_flwr.engines.deployment import fleet_proxy
+from tpsl_flwr.engines.deployment.certificates import create_local_certificates
+from tpsl_flwr.engines.deployment.fleet_proxy import (
+    FLEET_PREFIX,
+    find_nginx,
+    render_config,
+)
+from tpsl_flwr.engines.deployment.runtime import DeploymentRuntime
 from tpsl_flwr.engines.processes import FlowerLaunchError
 
 _FORWARDERS = {"proxy_pass", "grpc_pass", "fastcgi_pass", "uwsgi_pass", "scgi_pass"}

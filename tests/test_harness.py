@@ -14,7 +14,7 @@ from tpsl_flwr.privacy.accounting import privacy_spent
 from tpsl_flwr.privacy.perturb import candidate_gradients
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.testing import run_strategy
-from tpsl_flwr.wire.client_app import make_client_app
+from tpsl_flwr.wire.node_side import make_client_app
 
 ROWS, TEST_ROWS, COLS, WIDTH = 24, 8, 2, 3
 RNG = np.random.default_rng(0)

@@ -6,17 +6,17 @@ import numpy as np
 import pytest
 import torch
 
-from tpsl_flwr.auc import binary_auc
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.architecture import build_bottom, build_top, node_fields
 from tpsl_flwr.experiments.config import ExperimentConfig
-from tpsl_flwr.interaction import DotInteractionTop
+from tpsl_flwr.metrics.auc import binary_auc
 from tpsl_flwr.models import (
     EMBEDDING_SD,
     FIELD_EMBEDDING_SD,
     BottomModel,
     TopModel,
 )
+from tpsl_flwr.models.interaction import DotInteractionTop
 from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.wire.label_side import Node, check_top_model
 

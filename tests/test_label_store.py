@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from tpsl_flwr._util.private_files import make_private_dir, read_private, write_private
 from tpsl_flwr.errors import PrivacyError
-from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.privacy.accounting import privacy_spent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import make_mechanism
-from tpsl_flwr.private_files import make_private_dir, read_private, write_private
+from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding
 
 ID_SPACE = {"dataset": "digits", "rows": 0, "seed": 0, "id-space": "f00d"}
 

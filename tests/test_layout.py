@@ -15,6 +15,7 @@ FLOWER_PACKAGES = (
     "engines",
     "experiments",
     "simulations",
+    "cli",
     "testing",
 )
 """Subpackages that speak Flower (``testing`` holds the in-process harness);

@@ -15,14 +15,14 @@ from tpsl_flwr.attacks.metrics import pooled_auc as roc_auc
 from tpsl_flwr.errors import PrivacyError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_experiment
-from tpsl_flwr.label_set import LabelSet
-from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
-from tpsl_flwr.ledger import LedgerEntry, PrivacyLedger, compose
 from tpsl_flwr.privacy.accounting import privacy_spent
 from tpsl_flwr.privacy.closed_forms import auc_bound
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import make_mechanism
 from tpsl_flwr.privacy.noisy_labels import draw_noisy_labels
+from tpsl_flwr.release.label_set import LabelSet
+from tpsl_flwr.release.ledger import LedgerEntry, PrivacyLedger, compose
+from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.testing import write_criteo
 
 RNG = np.random.default_rng(0)
@@ -245,7 +245,7 @@ def test_overwrite_of_a_real_file_run_is_a_second_release(tmp_path, criteo_file)
 
 def test_a_node_that_knows_a_published_seed_cannot_compute_the_key(tmp_path):
     """Item 6: a sweep's published seed and the run name in out-dir gave the key."""
-    from tpsl_flwr.experiments.sweep_config import run_noise_seed
+    from tpsl_flwr.experiments.sweep.config import run_noise_seed
 
     seed = run_noise_seed(0, "criteo_laplace_eps1_seed0")
     LabelStore(tmp_path / "lp").provide_key(NoiseKey.from_seed(seed), "seed")
@@ -256,7 +256,7 @@ def test_a_node_that_knows_a_published_seed_cannot_compute_the_key(tmp_path):
 
 
 def test_ledger_cli_acknowledges_and_shows(tmp_path, capsys):
-    from tpsl_flwr.simulations.cli import main
+    from tpsl_flwr.cli.main import main
 
     open_release(tmp_path / "a")
     assert main(["ledger", "acknowledge", str(tmp_path / "b"), "--budget", "3"]) == 0
@@ -285,7 +285,7 @@ def test_a_sweep_over_a_files_labels_is_one_acknowledged_decision(
     tmp_path, criteo_file
 ):
     from tpsl_flwr.errors import ConfigError
-    from tpsl_flwr.experiments.sweep import load_sweep, run_sweep
+    from tpsl_flwr.experiments.sweep.run import load_sweep, run_sweep
 
     config = tmp_path / "sweep.toml"
     config.write_text(
@@ -408,7 +408,7 @@ def test_an_acknowledgement_is_used_up_by_a_refused_run_and_expires(tmp_path):
     path = store.acknowledge_new_release()
     record = json.loads(path.read_bytes())
     record["written"] -= 25 * 3600
-    from tpsl_flwr.private_files import write_private
+    from tpsl_flwr._util.private_files import write_private
 
     write_private(path, json.dumps(record).encode())
     with pytest.raises(PrivacyError, match="further release"):
@@ -433,7 +433,7 @@ def test_privacy_computed_for_other_settings_than_the_binding_is_refused(tmp_pat
 
 
 def test_a_strategy_spending_more_than_its_release_recorded_is_refused(tmp_path):
-    from tpsl_flwr.release_record import check_spend
+    from tpsl_flwr.release.record import check_spend
 
     release = open_release(tmp_path / "lp")
     mechanism = make_mechanism("laplace", epsilon=1.0)
@@ -444,7 +444,7 @@ def test_a_strategy_spending_more_than_its_release_recorded_is_refused(tmp_path)
 
 
 def test_a_relative_ledger_folder_is_refused(monkeypatch):
-    from tpsl_flwr.ledger import LEDGER_ENV, default_ledger_dir
+    from tpsl_flwr.release.ledger import LEDGER_ENV, default_ledger_dir
 
     monkeypatch.setenv(LEDGER_ENV, "ledger")
     with pytest.raises(PrivacyError, match="must be an absolute path"):

@@ -22,7 +22,7 @@ from tpsl_flwr.models import TopModel
 from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
 from tpsl_flwr.strategies import TPSLStrategy, node_count
 from tpsl_flwr.strategies.node_count import SETTLE_S, wait_for_nodes
-from tpsl_flwr.wire.client_app import make_client_app
+from tpsl_flwr.wire.node_side import make_client_app
 
 ROWS, COLS, WIDTH = 16, 2, 2
 X = np.random.default_rng(0).normal(size=(ROWS, 4 * COLS)).astype(np.float32)

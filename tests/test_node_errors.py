@@ -23,9 +23,9 @@ from tpsl_flwr.models import TopModel
 from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.testing import run_strategy
-from tpsl_flwr.wire.client_app import make_client_app
 from tpsl_flwr.wire.label_side import Node, check_replies
 from tpsl_flwr.wire.node_edge import check_node_config, read_node_error
+from tpsl_flwr.wire.node_side import make_client_app
 
 ROWS, COLS, WIDTH = 16, 2, 2
 X = np.random.default_rng(0).normal(size=(ROWS, 2 * COLS)).astype(np.float32)

@@ -10,8 +10,8 @@ from tpsl_flwr.models import TopModel
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.noisy_labels import STREAM_TRANSCRIPT, draw_noisy_labels
 from tpsl_flwr.privacy.posterior import unbiased_coefficients
-from tpsl_flwr.strategies.noise_margin import label_noise_se, label_noise_variances
-from tpsl_flwr.strategies.selection import BestEpoch, clearly_better
+from tpsl_flwr.validation.best_epoch import BestEpoch, clearly_better
+from tpsl_flwr.validation.noise_margin import label_noise_se, label_noise_variances
 
 
 @pytest.mark.parametrize(

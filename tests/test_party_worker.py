@@ -39,7 +39,7 @@ from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire import worker_link
 from tpsl_flwr.wire.arrays import from_array, to_array
 from tpsl_flwr.wire.batch_pack import stack_rows
-from tpsl_flwr.wire.client_app import STATE_KEY
+from tpsl_flwr.wire.node_side import STATE_KEY
 from tpsl_flwr.wire.worker_link import (
     MAX_FRAME_BYTES,
     WORKER_SOCKET,

@@ -15,7 +15,7 @@ from tpsl_flwr.strategies.pipeline import check_pipeline_grid
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.arrays import from_array
 from tpsl_flwr.wire.batch_pack import gradient_batches, id_batches
-from tpsl_flwr.wire.client_app import STATE_KEY, _state_from_record, make_client_app
+from tpsl_flwr.wire.node_side import STATE_KEY, _state_from_record, make_client_app
 
 ROWS, TEST_ROWS, COLS, WIDTH, BATCH = 40, 8, 2, 3, 8
 RNG = np.random.default_rng(0)

@@ -16,13 +16,14 @@ import pytest
 import torch
 
 from tpsl_flwr.attacks.ceiling import ABOVE
+from tpsl_flwr.cli.main import main
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.models import TopModel
 from tpsl_flwr.parties import LabelParty, adam
 from tpsl_flwr.parties.label_party import model_prior
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
-from tpsl_flwr.privacy.label_noise import NoisyLabels
 from tpsl_flwr.privacy.mechanisms import Mechanism, make_mechanism
+from tpsl_flwr.privacy.mechanisms.base import NoisyLabels
 from tpsl_flwr.privacy.noisy_labels import STREAM_TRANSCRIPT, draw_noisy_labels
 from tpsl_flwr.privacy.perturb import logits_placement_backward
 from tpsl_flwr.privacy.posterior import (
@@ -30,7 +31,6 @@ from tpsl_flwr.privacy.posterior import (
     posterior_coefficients,
     unbiased_coefficients,
 )
-from tpsl_flwr.simulations.cli import main
 
 SAMPLES = 200_000
 SIGMAS = 4.0

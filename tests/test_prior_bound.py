@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tpsl_flwr import ConfigError
-from tpsl_flwr.auc import binary_auc
+from tpsl_flwr.metrics.auc import binary_auc
 from tpsl_flwr.privacy.closed_forms import auc_bound
 from tpsl_flwr.privacy.prior_bound import prior_aware_auc_bound, prior_aware_ceiling
 

@@ -6,11 +6,11 @@ import stat
 import numpy as np
 import pytest
 
+from tpsl_flwr.cli.main import main
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_experiment, run_inprocess_experiment
-from tpsl_flwr.experiments.sweep import SweepConfig
-from tpsl_flwr.simulations.cli import main
+from tpsl_flwr.experiments.sweep.run import SweepConfig
 from tpsl_flwr.simulations.client_app import app as builtin_app
 
 BASE = {"dataset": "breast-cancer", "batch_size": 128, "checkpoint": True}

@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 import tomli_w
 
-from tpsl_flwr.engines import flower_run, ray_cluster, simulation
+from tpsl_flwr.cli.main import main
+from tpsl_flwr.engines import ray_cluster, simulation
 from tpsl_flwr.engines.flower_env import free_ports
-from tpsl_flwr.engines.flower_run import absolute_paths, run_on_ray
 from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.engines.processes import (
     LAUNCH_ID_ENV,
@@ -45,10 +45,11 @@ from tpsl_flwr.engines.ray_cluster import (
     resolve_ray_target,
 )
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.experiments import ray_run as flower_run
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.experiment import RESULTS_FILE
+from tpsl_flwr.experiments.ray_run import absolute_paths, run_on_ray
 from tpsl_flwr.experiments.run import run_experiment
-from tpsl_flwr.simulations.cli import main
 
 APP_DIR = Path(__file__).parents[1]
 

@@ -21,15 +21,15 @@ from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.experiment import is_rehearsal
 from tpsl_flwr.experiments.run import run_experiment, run_inprocess_experiment
 from tpsl_flwr.experiments.run_folder import run_in_folder
-from tpsl_flwr.label_set import MIN_SHARED, LabelSet, shingles
-from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
-from tpsl_flwr.ledger import PrivacyLedger
 from tpsl_flwr.models import TopModel
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.accounting import privacy_spent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import make_mechanism
 from tpsl_flwr.privacy.noisy_labels import draw_noisy_labels
+from tpsl_flwr.release.label_set import MIN_SHARED, LabelSet, shingles
+from tpsl_flwr.release.ledger import PrivacyLedger
+from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.testing import write_criteo
 
@@ -405,7 +405,7 @@ def test_the_cli_refusal_names_the_command_and_writes_nothing(tmp_path, criteo_f
     common = [
         sys.executable,
         "-m",
-        "tpsl_flwr.simulations.cli",
+        "tpsl_flwr.cli",
         "simulate",
         "--dataset",
         "criteo",

@@ -3,7 +3,7 @@
 import os
 from pathlib import Path
 
-from tpsl_flwr.engines.flower_run import absolute_paths
+from tpsl_flwr.experiments.ray_run import absolute_paths
 from tpsl_flwr.experiments.run import _absolute_paths
 
 

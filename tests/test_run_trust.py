@@ -16,13 +16,15 @@ from typing import Any
 
 import pytest
 
-from tpsl_flwr.engines import flower_run
-from tpsl_flwr.engines.flower_run import RUN_LOG, _follow, run_on_ray
+from tpsl_flwr.cli.commands import parse_overrides
+from tpsl_flwr.cli.main import main
 from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.engines.processes import FlowerLaunchError
 from tpsl_flwr.errors import ConfigError, ProtocolError
+from tpsl_flwr.experiments import ray_run as flower_run
 from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.ray_run import RUN_LOG, _follow, run_on_ray
 from tpsl_flwr.experiments.run import run_experiment
 from tpsl_flwr.experiments.run_folder import (
     FAILED_FILE,
@@ -30,11 +32,9 @@ from tpsl_flwr.experiments.run_folder import (
     prepare_run_folder,
     write_atomic,
 )
-from tpsl_flwr.label_store import LabelStore
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.release.store import LabelStore
 from tpsl_flwr.simulations import server_app
-from tpsl_flwr.simulations.cli import main
-from tpsl_flwr.simulations.cli_commands import parse_overrides
 
 APP_DIR = Path(__file__).parents[1]
 OLD = "\x1b[92mINFO \x1b[0m:      epoch 1/9  OLD RUN LINE"

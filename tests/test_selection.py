@@ -18,7 +18,8 @@ from tpsl_flwr.privacy.noisy_labels import STREAM_TRANSCRIPT, draw_noisy_labels
 from tpsl_flwr.privacy.perturb import per_class_losses
 from tpsl_flwr.privacy.posterior import unbiased_coefficients
 from tpsl_flwr.strategies import TPSLStrategy
-from tpsl_flwr.strategies.selection import (
+from tpsl_flwr.testing import run_strategy
+from tpsl_flwr.validation.best_epoch import (
     BestEpoch,
     Validation,
     clearly_better,
@@ -27,9 +28,8 @@ from tpsl_flwr.strategies.selection import (
     unbiased_targets,
     validation_ids,
 )
-from tpsl_flwr.testing import run_strategy
 from tpsl_flwr.wire import protocol as P
-from tpsl_flwr.wire.client_app import make_client_app
+from tpsl_flwr.wire.node_side import make_client_app
 
 ROWS, TEST_ROWS, COLS, WIDTH = 400, 100, 2, 3
 RNG = np.random.default_rng(0)

@@ -18,7 +18,7 @@ from tpsl_flwr.simulations.client_app import app as client_app
 from tpsl_flwr.simulations.client_app import builtin_party
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.batch_pack import gradient_batches, id_batches
-from tpsl_flwr.wire.client_app import make_client_app
+from tpsl_flwr.wire.node_side import make_client_app
 
 
 def test_breast_cancer_trains_to_high_auc_without_protection(tmp_path):
@@ -237,7 +237,7 @@ def test_a_team_embeds_the_strategy_in_its_own_server_app_and_client_app():
 
 
 def test_simulate_cli_writes_one_results_object(tmp_path, capsys):
-    from tpsl_flwr.simulations.cli import main
+    from tpsl_flwr.cli.main import main
 
     code = main(
         [
@@ -277,7 +277,7 @@ def test_simulate_cli_writes_one_results_object(tmp_path, capsys):
 
 
 def test_simulate_cli_rejects_bad_values_in_one_line(capsys):
-    from tpsl_flwr.simulations.cli import main
+    from tpsl_flwr.cli.main import main
 
     assert main(["simulate", "--placement", "cut", "--epsilon", "-1"]) == 2
     err = capsys.readouterr().err.strip()
@@ -340,7 +340,7 @@ def test_rows_missing_from_a_partition_stop_the_run_naming_node_and_count(tmp_pa
 def test_the_flower_app_config_and_the_python_defaults_agree():
     from pathlib import Path
 
-    from tpsl_flwr.engines.flower_run import app_config
+    from tpsl_flwr.experiments.ray_run import app_config
 
     app = app_config(Path(__file__).parents[1])
     # `flwr run .` is the main job: more rows (synthetic-ctr's default 20000

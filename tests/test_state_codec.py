@@ -14,9 +14,9 @@ from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_inprocess_experiment
 from tpsl_flwr.models import BottomModel
 from tpsl_flwr.simulations.client_app import builtin_party
-from tpsl_flwr.wire import client_app as client_app_module
+from tpsl_flwr.wire import node_side as client_app_module
 from tpsl_flwr.wire import protocol as P
-from tpsl_flwr.wire.client_app import STATE_KEY, NonLabelHandlers
+from tpsl_flwr.wire.node_side import STATE_KEY, NonLabelHandlers
 from tpsl_flwr.wire.state_codec import UnsupportedStateError, decode_state, encode_state
 
 

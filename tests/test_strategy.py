@@ -349,8 +349,8 @@ def test_an_embedded_strategy_checkpoints_and_resumes_through_its_store(
     server_identity, tmp_path
 ):
     # Prepare: an embedder's own binding, store and first run of one epoch.
-    from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
     from tpsl_flwr.privacy.accounting import privacy_spent
+    from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding
 
     mechanism = make_mechanism("laplace", epsilon=1.0)
     binding = NoiseBinding.of(
@@ -409,7 +409,7 @@ def test_an_embedded_strategy_checkpoints_and_resumes_through_its_store(
 
 
 def test_a_release_under_another_key_is_refused(server_identity, tmp_path):
-    from tpsl_flwr.label_store import Release
+    from tpsl_flwr.release.store import Release
 
     with pytest.raises(PrivacyError, match="is not the label party's"):
         make_strategy(release=Release(key=NoiseKey.from_seed(99), origin="seed"))

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tpsl_flwr.engines.deployment import DeploymentRuntime
+from tpsl_flwr.engines.deployment.runtime import DeploymentRuntime
 from tpsl_flwr.engines.flower_env import offline_flower_env
 from tpsl_flwr.engines.processes import (
     LAUNCH_ID_ENV,

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 import tpsl_flwr.simulations as sims
+from tpsl_flwr.cli.main import main
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.experiments.sweep import (
+from tpsl_flwr.experiments.sweep.report import tables_markdown, write_plots
+from tpsl_flwr.experiments.sweep.run import (
     CSV_COLUMNS,
     SweepConfig,
     csv_columns,
@@ -18,8 +20,6 @@ from tpsl_flwr.experiments.sweep import (
     run_row,
     run_sweep,
 )
-from tpsl_flwr.experiments.sweep_report import tables_markdown, write_plots
-from tpsl_flwr.simulations.cli import main
 
 TINY = """
 [grid]

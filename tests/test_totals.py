@@ -13,11 +13,11 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm
 
+from tpsl_flwr.cli.commands import summary_line
+from tpsl_flwr.cli.ledger import ledger_text
 from tpsl_flwr.experiments.run_report import markdown
-from tpsl_flwr.experiments.sweep import load_sweep, run_sweep
-from tpsl_flwr.ledger import DELTA, LedgerEntry, PrivacyLedger, compose
-from tpsl_flwr.simulations.cli_commands import summary_line
-from tpsl_flwr.simulations.cli_ledger import ledger_text
+from tpsl_flwr.experiments.sweep.run import load_sweep, run_sweep
+from tpsl_flwr.release.ledger import DELTA, LedgerEntry, PrivacyLedger, compose
 
 PLD_TOLERANCE = 1e-3
 """The ledger's PLD discretization interval: its epsilon is pessimistic by at

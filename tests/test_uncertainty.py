@@ -16,9 +16,9 @@ from tpsl_flwr.attacks.ceiling import (
 )
 from tpsl_flwr.attacks.mechanism_audit import run_audit
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
-from tpsl_flwr.auc import auc_standard_error
 from tpsl_flwr.experiments.run_report import markdown
-from tpsl_flwr.experiments.sweep_report import tables_markdown, write_tables
+from tpsl_flwr.experiments.sweep.report import tables_markdown, write_tables
+from tpsl_flwr.metrics.auc import auc_standard_error
 from tpsl_flwr.privacy.closed_forms import auc_bound
 from tpsl_flwr.privacy.mechanisms import make_mechanism
 from tpsl_flwr.strategies.epoch_log import progress_line

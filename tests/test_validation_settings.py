@@ -5,7 +5,7 @@ import pytest
 from tpsl_flwr import ConfigError, PrivacyError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_experiment
-from tpsl_flwr.experiments.validation_settings import (
+from tpsl_flwr.validation.holdout import (
     AUTO_FRACTION,
     AUTO_MIN_EPOCHS,
     AUTO_MIN_IDS,

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
+from tpsl_flwr.cli.main import main
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig, schema_classes
-from tpsl_flwr.simulations.cli import main
 
 
 @pytest.mark.parametrize(

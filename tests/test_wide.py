@@ -25,7 +25,7 @@ from tpsl_flwr.parties.optim import set_lr_scale
 from tpsl_flwr.simulations.client_app import builtin_checkpoint_dir, builtin_party
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.batch_pack import gradient_batches
-from tpsl_flwr.wire.client_app import make_client_app
+from tpsl_flwr.wire.node_side import make_client_app
 from tpsl_flwr.wire.state_codec import decode_state, encode_state
 
 

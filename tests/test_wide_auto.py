@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from flwr.app import Context, Message, RecordDict
 
+from tpsl_flwr.cli.flags import add_config_flags
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.architecture import build_bottom, build_top
 from tpsl_flwr.experiments.config import ExperimentConfig
@@ -28,10 +29,9 @@ from tpsl_flwr.experiments.wide_settings import (
 )
 from tpsl_flwr.parties import NonLabelParty
 from tpsl_flwr.parties.ftrl import FtrlProximal
-from tpsl_flwr.simulations.cli_flags import add_config_flags
 from tpsl_flwr.simulations.node_app import builtin_party
 from tpsl_flwr.testing import write_avazu, write_criteo
-from tpsl_flwr.wire.client_app import make_client_app
+from tpsl_flwr.wire.node_side import make_client_app
 
 
 @pytest.fixture(scope="module")

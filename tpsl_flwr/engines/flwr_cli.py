@@ -1,7 +1,7 @@
 """One ``flwr run --stream`` of an app, and its final status from ``flwr ls``.
 
 Both launchers (:mod:`~tpsl_flwr.engines.simulation`,
-:mod:`~tpsl_flwr.engines.deployment`) run an app on a SuperLink connection
+:mod:`~tpsl_flwr.engines.deployment.runtime`) run an app on a SuperLink connection
 with :func:`flwr_run` and read how it ended with :func:`query_status`:
 ``flwr run`` exits with 0 even when the ServerApp fails, so the status the
 SuperLink records is what tells. :class:`CompletedRun` holds the outcome.

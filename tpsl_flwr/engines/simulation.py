@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tpsl_flwr.engines.deployment_security import write_connection
+from tpsl_flwr.engines.deployment.security import write_connection
 from tpsl_flwr.engines.flower_env import (
     check_run_config,
     free_ports,

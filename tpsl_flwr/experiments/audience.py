@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from tpsl_flwr.private_files import DIR_MODE, FILE_MODE, check_private
+from tpsl_flwr._util.private_files import DIR_MODE, FILE_MODE, check_private
 
 __all__ = [
     "CONFIG_PATH_KEYS",

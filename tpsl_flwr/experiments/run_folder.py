@@ -46,9 +46,9 @@ from typing import Any
 
 from flwr.common.logger import log
 
+from tpsl_flwr._util.private_files import FILE_MODE
 from tpsl_flwr.errors import ConfigError, ReleaseRefused
 from tpsl_flwr.experiments.audience import PUBLIC_SUMMARY, private_folder
-from tpsl_flwr.private_files import FILE_MODE
 
 __all__ = [
     "FAILED_FILE",

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tpsl_flwr._util.checks import check_int
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config_fields import (
     DENOISE_PRIORS,
@@ -20,9 +21,8 @@ from tpsl_flwr.experiments.config_fields import (
     LR_SCHEDULES,
     MODELS,
 )
-from tpsl_flwr.experiments.validation_settings import validation_mode
 from tpsl_flwr.experiments.wide_settings import resolve_wide
-from tpsl_flwr.validation import check_int
+from tpsl_flwr.validation.holdout import validation_mode
 
 if TYPE_CHECKING:
     from tpsl_flwr.experiments.config import ExperimentConfig

@@ -20,7 +20,7 @@ Flower and this package's light modules. Each message then goes:
   a deployment without workers behave exactly as they did.
 
 A node's process parses only its own feature columns and ids, never a label;
-the handlers and the protocol are :mod:`tpsl_flwr.wire.client_app`.
+the handlers and the protocol are :mod:`tpsl_flwr.wire.node_side`.
 """
 
 from __future__ import annotations

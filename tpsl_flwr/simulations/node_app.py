@@ -8,7 +8,7 @@ message to this app or to the worker.
 
 A node's process parses only its own feature columns and ids
 (:meth:`~tpsl_flwr.experiments.config.ExperimentConfig.load_party`), never a
-label; the handlers and the protocol are :mod:`tpsl_flwr.wire.client_app`.
+label; the handlers and the protocol are :mod:`tpsl_flwr.wire.node_side`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.training_settings import training_of
 from tpsl_flwr.experiments.wide_settings import resolve_wide, wide_optimizer
 from tpsl_flwr.parties import NonLabelParty, adam
-from tpsl_flwr.wire.client_app import PartyFactory, make_client_app, partition_of
+from tpsl_flwr.wire.node_side import PartyFactory, make_client_app, partition_of
 from tpsl_flwr.wire.recorder import record_if_configured
 
 

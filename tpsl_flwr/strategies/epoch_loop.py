@@ -17,9 +17,9 @@ from flwr.serverapp import Grid
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
 from tpsl_flwr.errors import ConfigError, PrivacyError
-from tpsl_flwr.noise_binding import check_bound
 from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
-from tpsl_flwr.release_record import check_spend
+from tpsl_flwr.release.binding import check_bound
+from tpsl_flwr.release.record import check_spend
 from tpsl_flwr.strategies.evaluation_query import evaluate, scale_setting
 from tpsl_flwr.strategies.exchange import exchange
 from tpsl_flwr.strategies.pipeline import train_steps
@@ -27,7 +27,7 @@ from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.label_side import check_replies, step_message
 
 if TYPE_CHECKING:
-    from tpsl_flwr.label_store import Release
+    from tpsl_flwr.release.store import Release
     from tpsl_flwr.strategies.tpsl_strategy import TPSLStrategy
 
 __all__ = [
@@ -164,7 +164,7 @@ def check_release(strategy: TPSLStrategy, release: Release) -> None:
     Before any step (the constructor, and ``start`` again after its
     ``num_rounds``): the release's key is the label party's, the party
     states the release's mechanism, parameter, placement and noise reuse
-    (:func:`~tpsl_flwr.noise_binding.check_bound`), the strategy spends no
+    (:func:`~tpsl_flwr.release.binding.check_bound`), the strategy spends no
     more releases per label than the ledger recorded, and holds out the
     validation ids the release was bound to.
 

@@ -31,11 +31,11 @@ import torch
 from flwr.app import Message, MetricRecord
 from flwr.serverapp import Grid
 
-from tpsl_flwr.engines.allocator import trim_heap
-from tpsl_flwr.evaluation import classification_metrics
+from tpsl_flwr._util.allocator import trim_heap
+from tpsl_flwr.metrics.evaluation import classification_metrics
 from tpsl_flwr.parties.label_party import PREDICT_CHUNK_ROWS
 from tpsl_flwr.strategies.exchange import exchange
-from tpsl_flwr.strategies.selection import validation_class_losses
+from tpsl_flwr.validation.best_epoch import validation_class_losses
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.label_side import check_replies, gather_embeddings, step_message
 
@@ -127,7 +127,7 @@ class EvaluationAccumulator:
     Embeddings of a split are fed in order (:meth:`add`); the top model runs on
     blocks of exactly :data:`PREDICT_CHUNK_ROWS` rows of the split (the last
     one shorter), the blocks ``LabelParty.predict`` and
-    :func:`~tpsl_flwr.strategies.selection.validation_class_losses` use on a
+    :func:`~tpsl_flwr.validation.best_epoch.validation_class_losses` use on a
     whole split, so the results do not depend on how the rows were chunked.
     At most ``PREDICT_CHUNK_ROWS`` + one chunk of embeddings is held.
     """

@@ -32,13 +32,13 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from tpsl_flwr._util.checks import check_int, check_positive_finite
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
 from tpsl_flwr.errors import PrivacyError
-from tpsl_flwr.experiments.validation_settings import resolve_validation
-from tpsl_flwr.label_store import LabelStore, Release
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.parties.optim import lr_scale
 from tpsl_flwr.privacy.accounting import PrivacySpent, privacy_spent
+from tpsl_flwr.release.store import LabelStore, Release
 from tpsl_flwr.strategies.epoch_log import (
     TPSLResult,
     begin_result,
@@ -64,8 +64,8 @@ from tpsl_flwr.strategies.evaluation_query import (
 )
 from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange
 from tpsl_flwr.strategies.node_count import refuse_extra_nodes, wait_for_nodes
-from tpsl_flwr.strategies.selection import Validation, check_validation_mechanism
-from tpsl_flwr.validation import check_int, check_positive_finite
+from tpsl_flwr.validation.best_epoch import Validation, check_validation_mechanism
+from tpsl_flwr.validation.holdout import resolve_validation
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.label_side import (
     Node,
@@ -120,7 +120,7 @@ class TPSLStrategy(Strategy):
         ``send_and_receive`` sleeps 0.1 s in simulation and 3 s in deployment).
     store
         The label party's private folder
-        (:class:`~tpsl_flwr.label_store.LabelStore`): with it, the strategy
+        (:class:`~tpsl_flwr.release.store.LabelStore`): with it, the strategy
         checkpoints after every epoch (top model, optimizer, history; the key
         stays in its own file) and the nodes checkpoint their bottom models.
     release
@@ -131,9 +131,9 @@ class TPSLStrategy(Strategy):
     validation_fraction
         Hold out this fraction of the training ids, by a hash of the id alone,
         score every epoch on their noisy labels and restore the best epoch's
-        models at the end (:mod:`~tpsl_flwr.strategies.selection`); 0: train
+        models at the end (:mod:`~tpsl_flwr.validation.best_epoch`); 0: train
         on every id and keep the last epoch; ``"auto"``: the run config's rule
-        (:func:`~tpsl_flwr.experiments.validation_settings.resolve_validation`,
+        (:func:`~tpsl_flwr.validation.holdout.resolve_validation`,
         from the training rows, epochs and mechanism).
     lr_schedule
         ``constant`` or ``cosine`` (:func:`~tpsl_flwr.parties.optim.lr_scale`);

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tpsl_flwr.compact_ints import (
+from tpsl_flwr._util.compact_ints import (
     CHUNK_ROWS,
     chunks,
     index_dtype,
