@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from tpsl_flwr.data import FILE_DATASETS
 from tpsl_flwr.errors import ConfigError
@@ -52,14 +52,12 @@ from tpsl_flwr.experiments.config_fields import WIDE_MODES, WIDE_OPTIMIZERS
 from tpsl_flwr.parties.ftrl import ftrl
 from tpsl_flwr.parties.optim import OptimizerFactory
 
-if TYPE_CHECKING:
-    from tpsl_flwr.experiments.config import ExperimentConfig
-
 __all__ = [
     "WIDE_AUTO_MAX_ROWS",
     "WIDE_BETA",
     "WIDE_MODES",
     "WIDE_OPTIMIZERS",
+    "WideFields",
     "check_wide",
     "has_wide",
     "resolve_wide",
@@ -86,6 +84,43 @@ WIDE_BETA = 1.0
 """FTRL's ``beta`` (McMahan et al.'s default 1): the per-coordinate rate starts
 at ``wide-lr / beta`` and falls as ``wide-lr / (beta + sqrt(sum g^2))``."""
 
+
+class WideFields(Protocol):
+    """The run-config fields the wide part reads; an ``ExperimentConfig`` has them.
+
+    A protocol rather than the config class itself: the config's module
+    (:mod:`~tpsl_flwr.experiments.config`) imports this one to check its keys.
+    """
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def dataset(self) -> str:
+        """``dataset``."""
+
+    @property
+    def wide(self) -> str | bool:
+        """``wide``."""
+
+    @property
+    def wide_optimizer(self) -> str:
+        """``wide-optimizer``."""
+
+    @property
+    def wide_lr(self) -> float:
+        """``wide-lr``."""
+
+    @property
+    def wide_l1(self) -> float:
+        """``wide-l1``."""
+
+    @property
+    def wide_l2(self) -> float:
+        """``wide-l2``."""
+
+
+C = TypeVar("C", bound=WideFields)
+
 _SPELLINGS = {"auto": "auto", "on": "on", "off": "off", "true": "on", "false": "off"}
 
 
@@ -111,7 +146,7 @@ def wide_mode(value: Any) -> str:
     )
 
 
-def resolve_wide(cfg: ExperimentConfig, train_rows: int | None) -> ExperimentConfig:
+def resolve_wide(cfg: C, train_rows: int | None) -> C:
     """``cfg`` with ``wide`` as ``on``/``off`` and ``wide-optimizer`` as adam/ftrl.
 
     The one rule, applied alike by the label party (to its label count) and by
@@ -125,7 +160,7 @@ def resolve_wide(cfg: ExperimentConfig, train_rows: int | None) -> ExperimentCon
     Parameters
     ----------
     cfg : ExperimentConfig
-        The run config.
+        The run config (any :class:`WideFields`).
     train_rows : int or None
         Rows of the training split (public: derived from the run config, not
         from labels); ``None`` where they are not known, which only
@@ -149,7 +184,7 @@ def resolve_wide(cfg: ExperimentConfig, train_rows: int | None) -> ExperimentCon
     return dataclasses.replace(cfg, wide=wide, wide_optimizer=optimizer)
 
 
-def _resolved(cfg: ExperimentConfig, train_rows: int | None) -> tuple[str, str]:
+def _resolved(cfg: WideFields, train_rows: int | None) -> tuple[str, str]:
     """``(wide, wide-optimizer)`` of :func:`resolve_wide`."""
     wide = wide_mode(cfg.wide)
     if wide != "auto":
@@ -169,7 +204,7 @@ def _resolved(cfg: ExperimentConfig, train_rows: int | None) -> tuple[str, str]:
     return ("on" if on else "off"), optimizer
 
 
-def has_wide(cfg: ExperimentConfig) -> bool:
+def has_wide(cfg: WideFields) -> bool:
     """Whether the split model of ``cfg`` has a wide part.
 
     ``cfg`` must be resolved (:func:`resolve_wide`) where ``auto`` depends on
@@ -178,7 +213,7 @@ def has_wide(cfg: ExperimentConfig) -> bool:
     return _resolved(cfg, None)[0] == "on"
 
 
-def check_wide(cfg: ExperimentConfig) -> None:
+def check_wide(cfg: WideFields) -> None:
     """wide, wide-optimizer, wide-lr, wide-l1 and wide-l2.
 
     ``wide`` is already canonical (:func:`wide_mode`, in ``__post_init__``).
@@ -213,7 +248,7 @@ def check_wide(cfg: ExperimentConfig) -> None:
         )
 
 
-def wide_optimizer(cfg: ExperimentConfig) -> OptimizerFactory | None:
+def wide_optimizer(cfg: WideFields) -> OptimizerFactory | None:
     """The wide part's own optimizer factory; None: the run's Adam(W) takes it.
 
     ``cfg`` resolved as for :func:`has_wide`.
