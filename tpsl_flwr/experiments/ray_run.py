@@ -30,7 +30,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-import tpsl_flwr
 from tpsl_flwr.engines.flower_env import app_config, read_toml
 from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.engines.processes import FlowerLaunchError
@@ -89,7 +88,7 @@ def source_app_dir() -> Path:
     ConfigError
         If the package is not installed from its source tree (``pip install -e``).
     """
-    root = Path(tpsl_flwr.__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # tpsl_flwr/experiments/..
     pyproject = root / "pyproject.toml"
     if not pyproject.exists() or "tool" not in read_toml(pyproject):
         raise ConfigError(

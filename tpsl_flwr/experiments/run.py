@@ -230,8 +230,9 @@ def run_inprocess_experiment(
     cfg
         The experiment.
     client_app
-        The nodes' ClientApp (default: the app's,
-        :data:`tpsl_flwr.simulations.client_app.app`).
+        The nodes' ClientApp (default: the app's own,
+        :func:`~tpsl_flwr.experiments.node_party.make_node_app`, as
+        :data:`tpsl_flwr.simulations.client_app.app` runs it in a node).
     timeout
         Seconds to wait for each reply of a node.
     **grid_options
@@ -252,9 +253,9 @@ def run_inprocess_experiment(
     from tpsl_flwr.experiments.experiment import run_label_party
 
     if client_app is None:
-        from tpsl_flwr.simulations.client_app import app
+        from tpsl_flwr.experiments.node_party import make_node_app
 
-        client_app = app
+        client_app = make_node_app()
     grid_options.setdefault("app_keeps_state", True)  # one object, one process
     grid = InProcessGrid(
         client_app, cfg.num_parties, run_config=cfg.to_run_config(), **grid_options

@@ -221,7 +221,7 @@ def training_of(cfg: TrainingFields, train_rows: int) -> TrainingSettings:
     """:func:`resolve_training` of ``cfg``'s batch-size, lr, epochs and wide part.
 
     The one resolution the label party (``simulate``, ``flwr run``, sweeps)
-    and every node (:mod:`~tpsl_flwr.simulations.node_app`) make alike; ``wide
+    and every node (:mod:`~tpsl_flwr.experiments.node_party`) make alike; ``wide
     = "auto"`` is resolved from the same rows first
     (:func:`~tpsl_flwr.experiments.wide_settings.resolve_wide`).
     """
