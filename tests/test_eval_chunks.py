@@ -193,7 +193,9 @@ def test_configure_and_aggregate_evaluate_still_query_in_one_message(
         replies = exchange(g, sent, 10, strategy.poll_interval)
         direct = strategy.aggregate_evaluate(9, replies)
         monkeypatch.setattr(evaluation_query, "EVAL_CHUNK_ROWS", 7)
-        return sent, direct, evaluation_query.evaluate(strategy, g, 9, {}, 10)
+        loop = strategy.loop
+        chunked = loop.query.run(loop.state, g, strategy.nodes, 9, {}, 10)
+        return sent, direct, chunked
 
     # Execute
     sent, direct, chunked = grid.run_server(server)

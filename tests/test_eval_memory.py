@@ -153,7 +153,8 @@ class _Strategy:
 
 def test_the_accumulator_lets_its_blocks_go_once_joined(monkeypatch):
     monkeypatch.setattr(evaluation_query, "PREDICT_CHUNK_ROWS", 4)
-    accumulator = EvaluationAccumulator(_Strategy())  # type: ignore[arg-type]
+    stub = _Strategy()
+    accumulator = EvaluationAccumulator(stub.party, stub.test_labels)  # type: ignore[arg-type]
     accumulator.add("test", torch.linspace(0.1, 0.9, 16)[:, None])
     blocks = [weakref.ref(b) for b in accumulator._outputs["test"]]
     assert len(blocks) == 4

@@ -19,14 +19,12 @@ from tpsl_flwr.privacy.perturb import per_class_losses
 from tpsl_flwr.privacy.posterior import unbiased_coefficients
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.testing import run_strategy
-from tpsl_flwr.validation.best_epoch import (
-    BestEpoch,
-    Validation,
-    clearly_better,
+from tpsl_flwr.validation.best_epoch import BestEpoch, clearly_better
+from tpsl_flwr.validation.holdout import Validation, validation_ids
+from tpsl_flwr.validation.scores import (
     noisy_validation_loss,
     noisy_validation_losses,
     unbiased_targets,
-    validation_ids,
 )
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.node_side import make_client_app

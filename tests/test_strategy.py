@@ -301,16 +301,16 @@ def test_a_message_off_the_allow_list_stops_the_run_before_it_leaves(
     server_identity, monkeypatch, tamper, match
 ):
     # Prepare: a wire-format bug that adds something to every training message.
-    from tpsl_flwr.strategies import tpsl_strategy
+    from tpsl_flwr.strategies import epoch_loop
 
-    honest_message = tpsl_strategy.step_message
+    honest_message = epoch_loop.step_message
 
     def leaky(*args, **kwargs):
         msg = honest_message(*args, **kwargs)
         tamper(msg.content)
         return msg
 
-    monkeypatch.setattr(tpsl_strategy, "step_message", leaky)
+    monkeypatch.setattr(epoch_loop, "step_message", leaky)
     strategy = make_strategy()
     grid = FakeGrid(honest)
     # Execute / Assert: the run stops; only the hello messages were pushed.

@@ -323,7 +323,7 @@ class LabelSet:
             shingles=shingles(values, secret),
         )
 
-    def _all_prefixes(self) -> dict[int, str]:
+    def all_prefixes(self) -> dict[int, str]:
         """Prefixes, the whole set included when its size is a power of two."""
         out = dict(self.prefixes)
         if self.rows >= 1 << MIN_PREFIX_BITS and self.rows & (self.rows - 1) == 0:
@@ -338,7 +338,7 @@ class LabelSet:
         """
         if self.fingerprint == other.fingerprint:
             return True
-        mine, theirs = self._all_prefixes(), other._all_prefixes()
+        mine, theirs = self.all_prefixes(), other.all_prefixes()
         if any(theirs.get(bits) == value for bits, value in mine.items()):
             return True
         return len(self.shingles & other.shingles) >= MIN_SHARED

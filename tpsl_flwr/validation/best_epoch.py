@@ -1,4 +1,4 @@
-"""Validation at the label party: held-out ids, a noisy-label score, the best epoch.
+"""The best epoch: a paired rule with a margin of the label noise.
 
 Noise is reused per sample, so a protected model fits the same noisy labels
 harder every epoch and its test AUC can peak and fall. The label party holds out
@@ -17,25 +17,8 @@ its estimate is dominated by a few confident mistakes, which kept early epochs
 the later ones beat (``none``, seed 1: epoch 1 at 0.914 against 0.945). With
 clean labels (``none``) the margin is 0: the lowest mean wins.
 
-What the stopping decision reveals, and why the stated epsilon holds:
-
-* **Membership is public.** A training id is held out iff a hash of the id and
-  the run's seed falls below ``validation_fraction``
-  (:func:`validation_ids`): a function of the id alone, never of a label.
-* **The score uses noisy labels only.** Validation ids are never trained on.
-  Their labels pass through the run's own mechanism once, with the label
-  party's key (the transcript stream of epoch 0, as training draws it: the one
-  stream of every epoch with ``reuse_noise``, else epoch 0's fresh one, so a
-  held-out label's draw is the one it would get if trained on, and two runs
-  differing only in the hold-out release the same draws), and the score is the
-  mean log loss against those noisy labels, debiased to be an unbiased
-  estimate of the clean log loss (:func:`noisy_validation_loss`). Every
-  decision made from it, the epoch kept and the ``keep-best`` messages the
-  nodes see, is post-processing of an ``epsilon``-DP release of each
-  validation label (Dwork and Roth, Prop. 2.1), on labels disjoint from the
-  training labels; so every label, trained on or held out, stays within the
-  run's epsilon. Without protection (``none``) the score uses clean labels, as
-  there is nothing to keep.
+The epoch kept is post-processing of the noisy validation score
+(:mod:`~tpsl_flwr.validation.scores`), so it spends no privacy.
 """
 
 from __future__ import annotations
@@ -46,145 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from tpsl_flwr._util.compact_ints import index_dtype, true_positions
-from tpsl_flwr.data.membership import hash_uniform
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.parties import LabelParty
-from tpsl_flwr.parties.label_party import noise_stream
-from tpsl_flwr.privacy.mechanisms import Mechanism
-from tpsl_flwr.privacy.noisy_labels import STREAM_TRANSCRIPT, draw_noisy_labels
-from tpsl_flwr.privacy.perturb import per_class_losses
-from tpsl_flwr.privacy.posterior import unbiased_coefficients
 from tpsl_flwr.validation.noise_margin import label_noise_se
 
-__all__ = [
-    "BestEpoch",
-    "clearly_better",
-    "noisy_validation_loss",
-    "noisy_validation_losses",
-    "unbiased_targets",
-    "validation_class_losses",
-    "validation_ids",
-]
-
-_VALIDATION_DOMAIN = 0x76616C69  # ASCII "vali": apart from the test split's hash
-
-
-def validation_ids(num_train: int, fraction: float, seed: int) -> np.ndarray:
-    """Training ids held out for validation: a hash of the id and seed alone.
-
-    Parameters
-    ----------
-    num_train
-        Training ids are ``0..num_train-1`` (positions in record-id order).
-    fraction
-        Probability of an id being held out, in ``[0, 0.5)``; 0: none.
-    seed
-        The run's public seed.
-
-    Returns
-    -------
-    np.ndarray
-        Sorted int64 ids; empty for ``fraction = 0``.
-
-    Examples
-    --------
-    >>> ids = validation_ids(10_000, 0.1, seed=0)
-    >>> 900 < ids.size < 1100, bool((np.diff(ids) > 0).all())
-    (True, True)
-    """
-    if not 0.0 <= fraction < 0.5:
-        raise ConfigError(f"validation fraction must be in [0, 0.5), got {fraction}")
-    if fraction == 0.0:
-        return np.zeros(0, dtype=np.int64)
-    positions = np.arange(num_train, dtype=index_dtype(num_train))
-    held_out = hash_uniform(positions, seed ^ _VALIDATION_DOMAIN) < fraction
-    return positions[held_out].astype(np.int64)
-
-
-def check_validation_mechanism(mechanism: Mechanism) -> None:
-    """Refuse validation for a mechanism that leaves the labels clean.
-
-    Scoring the held-out ids needs an eps-DP release of their labels; the
-    Gaussian baseline perturbs gradients only, so a score (and the best-epoch
-    messages the nodes see) would reveal clean labels outside the accounting.
-    Called before the first step, so the refusal comes before any gradient.
-
-    Raises
-    ------
-    ConfigError
-        Naming the mechanism and the fix.
-    """
-    if mechanism.additive:
-        raise ConfigError(
-            f"validation scores noisy labels, but mechanism {mechanism.name!r} "
-            "adds its noise to the gradients and leaves the labels clean; use "
-            "validation-fraction = 0 with it"
-        )
-
-
-def unbiased_targets(party: LabelParty, ids: np.ndarray) -> np.ndarray:
-    """Each validation label's noisy coefficients, debiased: ``E = one_hot(y)``.
-
-    Drawn on epoch 0's transcript stream (:func:`noise_stream`), the draw
-    training would give the id. Laplace: ``e_y + noise`` clipped to ``[0, 1]``
-    and debiased (:mod:`~tpsl_flwr.privacy.clipped_release`). Randomized
-    response's one-hot ``e_{y~}`` has mean ``q e_y + (1 - q)/(k - 1) (1 - e_y)``
-    (``q`` the keep probability), so ``(c - r) / (q - r)`` with
-    ``r = (1 - q)/(k - 1)`` is unbiased. ``none`` returns the clean labels.
-
-    Raises
-    ------
-    ConfigError
-        For a mechanism that leaves the labels clean while protecting the
-        gradients (the Gaussian baseline): scoring on them would reveal the
-        labels outside the accounting.
-    """
-    mechanism = party.mechanism
-    check_validation_mechanism(mechanism)
-    stream = noise_stream(STREAM_TRANSCRIPT, 0, party.reuse_noise)
-    noisy = draw_noisy_labels(mechanism, party.labels[ids], ids, party.key, stream)
-    return unbiased_coefficients(mechanism=mechanism, coefficients=noisy.coefficients)
-
-
-@torch.no_grad()
-def validation_class_losses(
-    party: LabelParty, embeddings: torch.Tensor | np.ndarray
-) -> np.ndarray:
-    """Each validation id's loss under each label, ``(n, k)`` float64.
-
-    The top model runs in blocks (:meth:`LabelParty.top_in_blocks`), so
-    its activations do not grow with the validation set (issue 22's bounded
-    memory: one pass over 50k ids of the DLRM top held ~750 B per row).
-    """
-    parts = [
-        per_class_losses(logits).double().numpy()
-        for logits in party.top_in_blocks(embeddings)
-    ]
-    return np.concatenate(parts, axis=0)
-
-
-def noisy_validation_losses(
-    party: LabelParty, targets: np.ndarray, embeddings: torch.Tensor | np.ndarray
-) -> np.ndarray:
-    """Each validation id's log loss against its debiased noisy target.
-
-    Each entry is an unbiased estimate of that id's clean log loss; their
-    variance grows with the logits' size (the loss of the class not chosen
-    multiplies the noise).
-    """
-    losses = validation_class_losses(party, embeddings)
-    return np.asarray((losses * targets).sum(axis=1), dtype=np.float64)
-
-
-def noisy_validation_loss(
-    party: LabelParty, targets: np.ndarray, embeddings: torch.Tensor | np.ndarray
-) -> float:
-    """Mean log loss of the top model against debiased noisy targets.
-
-    An unbiased estimate of the clean validation log loss; lower is better.
-    """
-    return float(noisy_validation_losses(party, targets, embeddings).mean())
+__all__ = ["BestEpoch", "clearly_better"]
 
 
 def clearly_better(
@@ -347,62 +196,3 @@ class BestEpoch:
         self.class_losses = array(state.get("class_losses"))
         self.top_state = state["top"]
         self.pending = self.pending_classes = None
-
-
-class Validation:
-    """The held-out ids of a run, their debiased noisy targets and the best epoch.
-
-    Parameters
-    ----------
-    num_train
-        Training ids are ``0..num_train-1``.
-    fraction, seed
-        As :func:`validation_ids`; ``fraction = 0`` holds out nothing.
-    """
-
-    def __init__(self, num_train: int, fraction: float, seed: int) -> None:
-        self.fraction = float(fraction)
-        self.ids = validation_ids(num_train, fraction, seed)
-        trained = np.ones(num_train, dtype=bool)
-        trained[self.ids] = False
-        self.pool = true_positions(trained)
-        """The ids trained on (increasing; int32 below 2**31 ids, held a whole run)."""
-        self.best = BestEpoch()
-        self._targets: np.ndarray | None = None
-
-    @property
-    def active(self) -> bool:
-        """Whether any id is held out (else every epoch is kept, the last wins)."""
-        return bool(self.ids.size)
-
-    def query(self, num_test: int) -> tuple[list[np.ndarray], list[str]]:
-        """The ids an evaluation query embeds (validation, then test), their splits."""
-        ids, splits = [], []
-        if self.active:
-            ids.append(self.ids)
-            splits.append("train")
-        if num_test:
-            ids.append(np.arange(num_test, dtype=np.int64))
-            splits.append("test")
-        return ids, splits
-
-    def score(self, party: LabelParty, embeddings: torch.Tensor | np.ndarray) -> float:
-        """The epoch's validation loss (:func:`noisy_validation_loss`).
-
-        Its per-id losses wait in ``best.pending`` for the epoch's decision.
-        """
-        return self.score_class_losses(
-            party, validation_class_losses(party, embeddings)
-        )
-
-    def score_class_losses(self, party: LabelParty, class_losses: np.ndarray) -> float:
-        """:meth:`score` from the per-class losses ``(n_val, k)`` of the ids.
-
-        The evaluation query computes them chunk by chunk
-        (:mod:`~tpsl_flwr.strategies.evaluation_query`).
-        """
-        if self._targets is None:
-            self._targets = unbiased_targets(party, self.ids)
-        losses = (class_losses * self._targets).sum(axis=1)
-        self.best.pending, self.best.pending_classes = losses, class_losses
-        return float(losses.mean())
