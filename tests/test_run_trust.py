@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tpsl_flwr.cli.commands import parse_overrides
+from tpsl_flwr.cli.flower_run import parse_overrides
 from tpsl_flwr.cli.main import main
 from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.engines.inprocess import InProcessGrid

@@ -13,8 +13,8 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from tpsl_flwr.cli.commands import summary_line
 from tpsl_flwr.cli.ledger import ledger_text
+from tpsl_flwr.cli.output import summary_line
 from tpsl_flwr.experiments.run_report import markdown
 from tpsl_flwr.experiments.sweep.run import load_sweep, run_sweep
 from tpsl_flwr.release.ledger import DELTA, LedgerEntry, PrivacyLedger, compose

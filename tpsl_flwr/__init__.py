@@ -67,7 +67,7 @@ MOVED: dict[str, str] = {
     "tpsl_flwr.privacy.label_noise": "tpsl_flwr.privacy.mechanisms.base",
     "tpsl_flwr.release_record": "tpsl_flwr.release.record",
     "tpsl_flwr.simulations.cli": "tpsl_flwr.cli.main",
-    "tpsl_flwr.simulations.cli_commands": "tpsl_flwr.cli.commands",
+    "tpsl_flwr.simulations.cli_commands": "tpsl_flwr.cli.output",
     "tpsl_flwr.simulations.cli_flags": "tpsl_flwr.cli.flags",
     "tpsl_flwr.simulations.cli_ledger": "tpsl_flwr.cli.ledger",
     "tpsl_flwr.strategies.noise_margin": "tpsl_flwr.validation.noise_margin",

@@ -26,9 +26,12 @@ from tpsl_flwr.experiments.config import LABEL_PARTY_ONLY, ExperimentConfig
 from tpsl_flwr.experiments.config_fields import FIELD_CHOICES, FIELD_HELP
 
 __all__ = [
+    "ENGINE_HELP",
+    "OVERWRITE_HELP",
     "SECURE_HELP",
     "add_config_flags",
     "add_engine_flags",
+    "add_release_flags",
     "config_from_args",
     "flag_name",
     "integer",
@@ -238,4 +241,51 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     """
     return ExperimentConfig(
         **{f.name: getattr(args, f.name) for f in dataclasses.fields(ExperimentConfig)}
+    )
+
+
+ENGINE_HELP = (
+    "local: in-process Grid; ray: Flower's Ray simulation (flwr run); deployment: "
+    "a local flower-superlink and one flower-supernode per party (--secure: TLS "
+    "and registered SuperNodes)"
+)
+OVERWRITE_HELP = (
+    "replace the earlier run in out-dir (its results, logs, checkpoints and the "
+    "label party's folder there); without it a non-empty out-dir is refused"
+)
+
+
+def add_release_flags(parser: argparse.ArgumentParser) -> None:
+    """The label party's decisions as flags.
+
+    ``--new-release``, ``--privacy-budget``, ``--release`` and
+    ``--unprotected-release``.
+    """
+    group = parser.add_argument_group(
+        "label party only", "never in the run config the nodes receive"
+    )
+    group.add_argument(
+        "--new-release",
+        action="store_true",
+        help="acknowledge that this is a further release of labels the privacy "
+        "ledger already holds (tpsl-flwr ledger show); without it such a run is "
+        "refused",
+    )
+    group.add_argument(
+        "--privacy-budget",
+        type=number("privacy-budget"),
+        default=0.0,
+        help="refuse a release taking the label set's total epsilon above this "
+        "(0: no budget)",
+    )
+    group.add_argument(
+        "--release",
+        action="store_true",
+        help="count the run as a release in the privacy ledger although the label "
+        "party starts every node (a rehearsal otherwise: recorded, not counted)",
+    )
+    group.add_argument(
+        "--unprotected-release",
+        action="store_true",
+        help="allow a release with mechanism none (refused without it)",
     )

@@ -22,10 +22,12 @@ import argparse
 import json
 from typing import Any
 
-__all__ = ["add_ledger_parser", "cmd_ledger", "ledger_text"]
+from tpsl_flwr.cli.flags import number
+
+__all__ = ["add_parser", "cmd_ledger", "ledger_text"]
 
 
-def add_ledger_parser(subparsers: Any, number: Any) -> None:
+def add_parser(subparsers: Any) -> None:
     """Add ``ledger show`` and ``ledger acknowledge`` to ``subparsers``."""
     ledger = subparsers.add_parser(
         "ledger",
