@@ -6,6 +6,13 @@ folder of mode ``0700``; reading refuses a file (or folder) that another user
 owns or that group or others may read or write, because such a file may have
 been read (the key is then no secret) or planted (a checkpoint is code-free
 here, but a planted key would make the noise known to whoever planted it).
+
+Every owner-only file of the package is made here: whole files through
+:func:`write_private` or :func:`write_atomic` (``mode=FILE_MODE``), logs and
+locks a process keeps open through :func:`open_private`, folders through
+:func:`make_private_dir`, and a file another step made through
+:func:`keep_private` (a test checks that no other module sets these modes by
+hand).
 """
 
 from __future__ import annotations
@@ -17,19 +24,39 @@ from pathlib import Path
 from tpsl_flwr.errors import PrivacyError
 
 __all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "PUBLIC_MODE",
     "check_private",
     "check_private_parents",
+    "keep_private",
     "make_private_dir",
+    "open_private",
+    "private_folder",
     "read_private",
+    "write_atomic",
     "write_private",
 ]
 
 DIR_MODE = 0o700
+"""A folder only its owner may enter."""
 FILE_MODE = 0o600
+"""A file only its owner may read or write."""
+PUBLIC_MODE = 0o644
+"""A file anyone may read (text built from an allow-list only)."""
+
+_OPEN_FLAGS = {
+    "new": os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+    "replace": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+    "lock": os.O_RDWR | os.O_CREAT,
+}
 
 
-def make_private_dir(path: str | Path) -> Path:
+def make_private_dir(path: str | Path, *, check: bool = True) -> Path:
     """Create ``path`` (and parents) with mode ``0700``; check an existing one.
+
+    ``check=False``: an existing folder is taken as it is (a scratch folder
+    this process made earlier, say).
 
     Raises
     ------
@@ -40,8 +67,100 @@ def make_private_dir(path: str | Path) -> Path:
     if not folder.exists():
         folder.mkdir(parents=True, mode=DIR_MODE)
         os.chmod(folder, DIR_MODE)  # mkdir's mode is filtered by the umask
+    if check:
+        check_private(folder)
+    return folder
+
+
+def open_private(path: str | Path, how: str = "replace") -> int:
+    """A descriptor for writing ``path``; a file it creates is mode ``0600``.
+
+    For what a process keeps open (a log, a lock); whole files go through
+    :func:`write_private` or :func:`write_atomic`.
+
+    Parameters
+    ----------
+    path
+        The file.
+    how
+        ``"new"``: refuse an existing file (``FileExistsError``);
+        ``"replace"``: truncate one; ``"lock"``: read and write, keep its
+        content.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "run.log"
+    >>> os.close(open_private(path, "new"))
+    >>> oct(path.stat().st_mode & 0o777)
+    '0o600'
+    """
+    return os.open(path, _OPEN_FLAGS[how], FILE_MODE)
+
+
+def private_folder(path: str | Path) -> Path:
+    """Create ``path`` (mode ``0700``) or take group/other access off it.
+
+    The run's out-dir is the label party's: its results hold clean-label
+    statistics. A folder this user owns is tightened to ``0700``; one another
+    user owns is refused.
+
+    Raises
+    ------
+    PrivacyError
+        If the folder is a symbolic link or another user owns it.
+    """
+    folder = Path(path).resolve()
+    folder.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    info = folder.stat()
+    own = not hasattr(os, "getuid") or info.st_uid == os.getuid()
+    if own and stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(folder, DIR_MODE)
     check_private(folder)
     return folder
+
+
+def keep_private(path: str | Path) -> Path:
+    """Set a file this user just made (a socket, a cache file) to mode ``0600``."""
+    os.chmod(path, FILE_MODE)
+    return Path(path)
+
+
+def write_atomic(
+    path: str | Path, data: str | bytes, *, mode: int | None = None
+) -> Path:
+    """Write ``data`` to ``path`` through a temporary file renamed over it.
+
+    A reader sees the old file or the whole new one, never a part.
+
+    Parameters
+    ----------
+    path
+        The file.
+    data
+        Its new content (text as UTF-8).
+    mode
+        The file's mode (:data:`FILE_MODE`: the owner's alone;
+        :data:`PUBLIC_MODE`: anyone may read it), whatever the umask. ``None``
+        (default): the mode of the file it replaces, so rewriting a private
+        ``results.json`` keeps it private; a new file gets the umask's.
+    """
+    target = Path(path)
+    if mode is None and target.exists():
+        mode = stat.S_IMODE(target.stat().st_mode)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    created = FILE_MODE if mode is not None else 0o666  # 0o666: less the umask
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, created)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
+            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
 
 
 def check_private(path: str | Path) -> None:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tpsl_flwr._util.private_files import make_private_dir
 from tpsl_flwr.simulations import party_worker
 from tpsl_flwr.simulations.party_worker import PartyWorker, worker_run_config
 from tpsl_flwr.wire.worker_link import WorkerServer, socket_path
@@ -59,7 +60,7 @@ def cmd_party(args: argparse.Namespace) -> int:
     )
     folder = Path(args.socket_dir)
     if not folder.exists():
-        folder.mkdir(mode=0o700, parents=True)
+        make_private_dir(folder, check=False)
     run_config = None
     if args.app_dir is not None or args.run_config:
         run_config = worker_run_config(args.app_dir, args.run_config)

@@ -19,7 +19,6 @@ and possibly hosts.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import sys
@@ -30,6 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from tpsl_flwr._util.private_files import open_private
 from tpsl_flwr.engines.flower_env import app_config, read_toml
 from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.engines.processes import FlowerLaunchError
@@ -51,7 +51,6 @@ from tpsl_flwr.experiments.run_folder import (
 )
 
 RUN_LOG = "flwr-run.log"
-_NEW_PRIVATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 
 
 def absolute_paths(
@@ -282,7 +281,7 @@ def run_on_ray(
         superlink_log = flwr_home / "local-superlink" / "superlink.log"
         if not ok and superlink_log.exists():
             # 0600 from its creation: the label party's alone
-            kept = os.open(out_dir / "superlink.log", _NEW_PRIVATE, 0o600)
+            kept = open_private(out_dir / "superlink.log")
             with open(kept, "wb") as dst, superlink_log.open("rb") as src:
                 shutil.copyfileobj(src, dst)
         shutil.rmtree(flwr_home, ignore_errors=True)

@@ -58,6 +58,7 @@ from typing import Any
 from tpsl_flwr._util.private_files import (
     check_private_parents,
     make_private_dir,
+    open_private,
     read_private,
     write_private,
 )
@@ -334,7 +335,7 @@ class PrivacyLedger:
     def _locked(self) -> Iterator[None]:
         check_private_parents(self.folder)
         make_private_dir(self.folder)
-        fd = os.open(self.folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_private(self.folder / LOCK_FILE, "lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

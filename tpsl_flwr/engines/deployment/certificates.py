@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import ipaddress
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +42,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tpsl_flwr._util.private_files import (
+    FILE_MODE,
+    PUBLIC_MODE,
+    private_folder,
+    write_atomic,
+)
 
 __all__ = [
     "LocalCertificates",
@@ -61,9 +67,6 @@ SERVER_HOSTS = ("127.0.0.1", "::1", "localhost")
 """Names the SuperLink certificate is valid for (loopback only)."""
 
 _CURVE = ec.SECP384R1()
-_PRIVATE_MODE = 0o600
-_PUBLIC_MODE = 0o644
-_DIR_MODE = 0o700
 
 
 @dataclass(frozen=True)
@@ -116,22 +119,6 @@ class LocalCertificates:
             "--ssl-keyfile",
             str(self.server_keyfile),
         ]
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """Write ``data`` to ``path`` created with ``mode`` (never wider)."""
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.chmod(path, mode)  # umask may have narrowed a public file's mode
-
-
-def _private_dir(path: Path) -> Path:
-    path = Path(path).expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True, mode=_DIR_MODE)
-    os.chmod(path, _DIR_MODE)
-    return path
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -194,19 +181,19 @@ def create_supernode_key_pair(
         else Path(public_key)
     )
     key = ec.generate_private_key(_CURVE)
-    _write(
+    write_atomic(
         private_key,
         key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.OpenSSH,
             serialization.NoEncryption(),
         ),
-        _PRIVATE_MODE,
+        mode=FILE_MODE,
     )
     line = key.public_key().public_bytes(
         serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
     )
-    _write(public_key, line + b"\n", _PUBLIC_MODE)
+    write_atomic(public_key, line + b"\n", mode=PUBLIC_MODE)
     return SuperNodeKeyPair(private_key=private_key, public_key=public_key)
 
 
@@ -259,7 +246,7 @@ def create_local_certificates(
         raise ValueError(f"num_supernodes must be >= 0, got {num_supernodes}")
     if valid_days < 1:
         raise ValueError(f"valid_days must be >= 1, got {valid_days}")
-    directory = _private_dir(Path(out_dir))
+    directory = private_folder(Path(out_dir).expanduser())
     now = dt.datetime.now(dt.timezone.utc)
     not_before = now - dt.timedelta(hours=1)
     not_after = now + dt.timedelta(days=valid_days)
@@ -314,10 +301,12 @@ def create_local_certificates(
     )
 
     pem = serialization.Encoding.PEM
-    _write(directory / CA_KEYFILE, _pem_key(ca_key), _PRIVATE_MODE)
-    _write(directory / CA_CERTFILE, ca_cert.public_bytes(pem), _PUBLIC_MODE)
-    _write(directory / SERVER_KEYFILE, _pem_key(server_key), _PRIVATE_MODE)
-    _write(directory / SERVER_CERTFILE, server_cert.public_bytes(pem), _PUBLIC_MODE)
+    write_atomic(directory / CA_KEYFILE, _pem_key(ca_key), mode=FILE_MODE)
+    write_atomic(directory / CA_CERTFILE, ca_cert.public_bytes(pem), mode=PUBLIC_MODE)
+    write_atomic(directory / SERVER_KEYFILE, _pem_key(server_key), mode=FILE_MODE)
+    write_atomic(
+        directory / SERVER_CERTFILE, server_cert.public_bytes(pem), mode=PUBLIC_MODE
+    )
     pairs = tuple(
         create_supernode_key_pair(_supernode_paths(directory, i).private_key)
         for i in range(num_supernodes)

@@ -42,6 +42,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from tpsl_flwr._util.private_files import make_private_dir
 from tpsl_flwr.engines.deployment.certificates import LocalCertificates
 from tpsl_flwr.engines.processes import FlowerLaunchError, terminate_launched
 
@@ -260,7 +261,7 @@ class FleetProxy:
             raise FlowerLaunchError("FleetProxy is already started")
         nginx = find_nginx()
         prefix = Path(self.prefix).resolve()
-        prefix.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dir(prefix, check=False)
         self.config_path.write_text(self.render(), encoding="utf-8")
         cmd = [nginx, "-p", str(prefix), "-c", str(self.config_path)]
         cmd += ["-e", str(prefix / "error.log"), "-g", "daemon off;"]
