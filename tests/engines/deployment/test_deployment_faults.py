@@ -8,7 +8,7 @@ with one error naming the node and its partition, and write no results.
 Every message of the deployment runtime costs ~15-20 s on 2 cores (a fresh
 ``flwr-clientapp`` process and 3 s polls), so CI runs only this kill; resuming
 after a kill, and killing the label party, are checked for equal dispatched
-gradients on the in-process engine (``tests/test_faults.py``). The full
+gradients on the in-process engine (``tests/experiments/test_faults.py``). The full
 kill, restart and resume on the deployment runtime is
 ``test_a_restarted_supernode_resumes_with_the_same_gradients`` below, run when
 ``TPSL_LONG_FAULT_TESTS=1`` (about 3-4 minutes).
@@ -40,7 +40,7 @@ from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.release.store import LabelStore
 from tpsl_flwr.wire.recorder import load_transcript
 
-APP_DIR = Path(__file__).parents[1]
+APP_DIR = Path(__file__).parents[3]
 REPLY_TIMEOUT = 40.0
 """Above a healthy round trip here (~15-20 s), below Flower's own detection."""
 _NODE_ID = re.compile(r"SuperNode ID: (\d+)")

@@ -5,7 +5,8 @@ reply-timeout, Flower's "node unavailable" reply, stray replies) and on the
 in-process engine (corrupt replies through a ClientApp mod; a node or the
 label party killed mid-epoch, then resumed: the gradients dispatched after the
 last checkpoint equal those of an uninterrupted run). The same faults on the
-real deployment runtime are in ``tests/test_deployment_faults.py`` (``slow``).
+real deployment runtime are in
+``tests/engines/deployment/test_deployment_faults.py`` (``slow``).
 """
 
 from __future__ import annotations

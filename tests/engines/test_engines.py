@@ -40,7 +40,7 @@ from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.release.store import LabelStore
 from tpsl_flwr.simulations.client_app import app as tpsl_client_app
 
-APP_DIR = Path(__file__).parents[1]
+APP_DIR = Path(__file__).parents[2]
 """The repo root: its pyproject.toml declares the TPSL Flower app."""
 
 # ------------------------------------------------------------------- toy app

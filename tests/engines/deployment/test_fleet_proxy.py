@@ -6,7 +6,7 @@ certificate verified), everything else answers 403, and the TLS files are
 the ones given. ``nginx -t`` checks the syntax where nginx is installed. A
 secure runtime without nginx refuses to start, naming ``apt-get install
 nginx``. The proxy in front of a real SuperLink is tested in
-``tests/test_deployment_security.py`` (``slow``).
+``tests/engines/deployment/test_deployment_security.py`` (``slow``).
 """
 
 from __future__ import annotations

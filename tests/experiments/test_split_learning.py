@@ -342,7 +342,7 @@ def test_the_flower_app_config_and_the_python_defaults_agree():
 
     from tpsl_flwr.experiments.ray_run import app_config
 
-    app = app_config(Path(__file__).parents[1])
+    app = app_config(Path(__file__).parents[2])
     # `flwr run .` is the main job: more rows (synthetic-ctr's default 20000
     # cannot reach AUC 0.70 at eps 1) and 4 steps per Ray round trip.
     app_only = {"rows": 100000, "steps-per-message": 4}

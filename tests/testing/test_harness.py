@@ -5,11 +5,11 @@ import math
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
+from tests.conftest import toy_node, toy_table
 from tpsl_flwr import ConfigError, NoiseKey, ProtocolError, make_mechanism
 from tpsl_flwr.models import TopModel
-from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
+from tpsl_flwr.parties import LabelParty, adam
 from tpsl_flwr.privacy.accounting import privacy_spent
 from tpsl_flwr.privacy.perturb import candidate_gradients
 from tpsl_flwr.strategies import TPSLStrategy
@@ -17,29 +17,8 @@ from tpsl_flwr.testing import run_strategy
 from tpsl_flwr.wire.node_side import make_client_app
 
 ROWS, TEST_ROWS, COLS, WIDTH = 24, 8, 2, 3
-RNG = np.random.default_rng(0)
-X = RNG.normal(size=(ROWS + TEST_ROWS, 2 * COLS)).astype(np.float32)
-Y = (X[:, 0] + X[:, 2] > 0).astype(np.int64)
-
-
-class Bottom(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer = nn.Linear(COLS, WIDTH)
-
-    def forward(self, numeric, categorical):
-        return self.layer(numeric)
-
-
-def node(context):
-    part = int(context.node_config["partition-id"])
-    cols = slice(COLS * part, COLS * part + COLS)
-    torch.manual_seed(part)
-    return NonLabelParty(
-        {"train": (X[:ROWS, cols], None), "test": (X[ROWS:, cols], None)},
-        Bottom(),
-        adam(0.05),
-    )
+X, Y = toy_table(ROWS + TEST_ROWS, COLS)
+node = toy_node(X, ROWS, COLS, WIDTH)
 
 
 # A linear top model: g_0 - g_1 = w for every sample, never zero.

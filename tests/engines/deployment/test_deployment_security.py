@@ -418,7 +418,7 @@ def test_control_api_is_refused_through_the_proxy(
 def test_loopback_apis_answer_only_the_label_partys_os_user(
     only_this_user: Callable[[str, Path], None], secure_runtime: DeploymentRuntime
 ) -> None:
-    # Over TLS as over plaintext (tests/test_superlink_guard.py): another local
+    # Over TLS as over plaintext (tests/engines/test_superlink_guard.py): another local
     # user gets 403 from Control and Runtime on 127.0.0.1, the label party 200
     runtime = secure_runtime
 

@@ -27,7 +27,7 @@ from tpsl_flwr.engines.processes import find_launched_processes
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.release.store import LabelStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _app_with_sweep(app: Path, marker: str) -> list[str]:

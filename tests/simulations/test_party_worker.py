@@ -7,7 +7,7 @@ checks the listener's uid before sending.
 The worker (``tpsl-flwr party``) serves a node's messages over a Unix socket
 in a 0700 folder; the per-message ClientApp forwards to it and imports no
 torch. A real deployment with workers, checked against the in-process engine,
-is ``tests/test_engines.py::test_deployment_runtime_runs_tpsl_app`` (``slow``).
+is ``tests/engines/test_engines.py::test_deployment_runtime_runs_tpsl_app`` (``slow``).
 """
 
 from __future__ import annotations

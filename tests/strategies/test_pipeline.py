@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
+from tests.conftest import ToyBottom, toy_node, toy_table
 from tpsl_flwr import ConfigError, NoiseKey, ProtocolError, make_mechanism
 from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.models import TopModel
-from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
+from tpsl_flwr.parties import LabelParty, adam
 from tpsl_flwr.strategies import TPSLStrategy
 from tpsl_flwr.strategies.pipeline import check_pipeline_grid
 from tpsl_flwr.wire import protocol as P
@@ -18,35 +18,14 @@ from tpsl_flwr.wire.batch_pack import gradient_batches, id_batches
 from tpsl_flwr.wire.node_side import STATE_KEY, _state_from_record, make_client_app
 
 ROWS, TEST_ROWS, COLS, WIDTH, BATCH = 40, 8, 2, 3, 8
-RNG = np.random.default_rng(0)
-X = RNG.normal(size=(ROWS + TEST_ROWS, 2 * COLS)).astype(np.float32)
-Y = (X[:, 0] + X[:, 2] > 0).astype(np.int64)
-
-
-class Bottom(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer = nn.Linear(COLS, WIDTH)
-
-    def forward(self, numeric, categorical):
-        return self.layer(numeric)
+X, Y = toy_table(ROWS + TEST_ROWS, COLS)
 
 
 def columns(part):
     return slice(COLS * part, COLS * part + COLS)
 
 
-def node(context):
-    part = int(context.node_config["partition-id"])
-    torch.manual_seed(part)
-    return NonLabelParty(
-        {
-            "train": (X[:ROWS, columns(part)], None),
-            "test": (X[ROWS:, columns(part)], None),
-        },
-        Bottom(),
-        adam(0.05),
-    )
+node = toy_node(X, ROWS, COLS, WIDTH)
 
 
 def label_party():
@@ -171,7 +150,7 @@ def reference(depth, epochs=2):
     bottoms, optimizers = [], []
     for part in (0, 1):
         torch.manual_seed(part)
-        bottoms.append(Bottom())
+        bottoms.append(ToyBottom(COLS, WIDTH))
         optimizers.append(torch.optim.Adam(bottoms[-1].parameters(), lr=0.05))
     order = TPSLStrategy(label_party(), batch_size=BATCH, epochs=epochs)
 

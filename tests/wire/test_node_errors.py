@@ -15,8 +15,8 @@ import pytest
 import torch
 from flwr.app import Error, Message, RecordDict
 from flwr.common.constant import ErrorCode
-from torch import nn
 
+from tests.conftest import ToyBottom
 from tpsl_flwr import ConfigError, NoiseKey, ProtocolError, make_mechanism
 from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.models import TopModel
@@ -51,24 +51,13 @@ RAY_REASON = (
 )
 
 
-class Bottom(nn.Module):
-    def __init__(self, flat: bool = False) -> None:
-        super().__init__()
-        self.layer = nn.Linear(COLS, WIDTH)
-        self.flat = flat
-
-    def forward(self, numeric, categorical):
-        out = self.layer(numeric)
-        return out.reshape(-1) if self.flat else out
-
-
 def make_factory(called: list[int], flat_partition: int | None = None):
     def factory(context):
         part = int(context.node_config["partition-id"])
         called.append(part)
         cols = slice(COLS * part, COLS * part + COLS)
         torch.manual_seed(part)
-        bottom = Bottom(flat=part == flat_partition)
+        bottom = ToyBottom(COLS, WIDTH, flat=part == flat_partition)
         return NonLabelParty({"train": (X[:, cols], None)}, bottom, adam(0.05))
 
     return factory

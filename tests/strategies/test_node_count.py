@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 from flwr.superlink.grid import InMemoryGrid
-from torch import nn
 
+from tests.conftest import ToyBottom
 from tpsl_flwr import NoiseKey, ProtocolError, make_mechanism
 from tpsl_flwr.engines.inprocess import InProcessGrid
 from tpsl_flwr.models import TopModel
@@ -134,22 +134,15 @@ def test_the_exact_count_on_ray_is_confirmed_then_used(clock):
 
 
 # ---------------------------------------------------------- with real nodes
-class Bottom(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = nn.Linear(COLS, WIDTH)
-
-    def forward(self, numeric, categorical):
-        return self.layer(numeric)
-
-
 def make_factory(built: list[int]):
     def factory(context):
         part = int(context.node_config["partition-id"])
         built.append(part)
         cols = slice(COLS * part, COLS * part + COLS)
         torch.manual_seed(part)
-        return NonLabelParty({"train": (X[:, cols], None)}, Bottom(), adam(0.05))
+        return NonLabelParty(
+            {"train": (X[:, cols], None)}, ToyBottom(COLS, WIDTH), adam(0.05)
+        )
 
     return factory
 
@@ -217,7 +210,7 @@ def test_flwr_run_on_ray_refuses_a_wrong_node_count_naming_num_supernodes(
     from tpsl_flwr.engines.simulation import run_flwr_simulation
     from tpsl_flwr.experiments.run_folder import read_failure
 
-    app_dir = Path(__file__).resolve().parents[1]
+    app_dir = Path(__file__).resolve().parents[2]
     out = tmp_path / "out"
     config = {"dataset": "breast-cancer", "rows": 0, "num-parties": 2}
     config.update({"epochs": 1, "out-dir": str(out)})

@@ -4,7 +4,7 @@ The wiring (engine name, ``--secure``, the seeded key, the run config the
 nodes receive, the results) runs with :class:`DeploymentRuntime` replaced by
 a stand-in that starts no process. A real local deployment of the TPSL app,
 checked against the in-process engine on the same seeded config, is
-``tests/test_engines.py::test_deployment_runtime_runs_tpsl_app`` (``slow``).
+``tests/engines/test_engines.py::test_deployment_runtime_runs_tpsl_app`` (``slow``).
 """
 
 from __future__ import annotations

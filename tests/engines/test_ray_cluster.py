@@ -51,7 +51,7 @@ from tpsl_flwr.experiments.experiment import RESULTS_FILE
 from tpsl_flwr.experiments.ray_run import absolute_paths, run_on_ray
 from tpsl_flwr.experiments.run import run_experiment
 
-APP_DIR = Path(__file__).parents[1]
+APP_DIR = Path(__file__).parents[2]
 
 
 @pytest.fixture

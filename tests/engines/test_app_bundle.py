@@ -4,7 +4,8 @@
 folder into the bundle every SuperNode installs; a sweep run from the source
 tree's root left ``runs/*/label-party/noise-key.json`` there. These tests stage
 copies of app folders with such files planted and check what would be sent.
-The same leak on a real deployment is ``tests/test_app_bundle_deployment.py``.
+The same leak on a real deployment is
+``tests/engines/deployment/test_app_bundle_deployment.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tpsl_flwr.engines.app_bundle import (
 )
 from tpsl_flwr.errors import ConfigError, PrivacyError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "binary-tabular"
 PLANTED = (
     "sweep-paper/runs/r1/label-party/noise-key.json",

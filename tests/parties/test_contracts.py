@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.conftest import ToyBottom
 from tpsl_flwr import ConfigError, NoiseKey, ProtocolError, make_mechanism
 from tpsl_flwr.models import TopModel
 from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
@@ -24,15 +25,6 @@ X = X.astype(np.float32)
 Y = (X[:, 0] > 0).astype(np.int64)
 
 
-class Bottom(nn.Module):
-    def __init__(self, width=WIDTH):
-        super().__init__()
-        self.layer = nn.Linear(COLS, width)
-
-    def forward(self, numeric, categorical):
-        return self.layer(numeric)
-
-
 def node(train_rows=ROWS, test_rows=TEST_ROWS, only=None):
     """A node factory; ``only`` limits the odd sizes to that partition."""
 
@@ -46,7 +38,7 @@ def node(train_rows=ROWS, test_rows=TEST_ROWS, only=None):
         if n_test:
             features["test"] = (X[ROWS : ROWS + n_test, cols], None)
         torch.manual_seed(part)
-        return NonLabelParty(features, Bottom(), adam(0.05))
+        return NonLabelParty(features, ToyBottom(COLS, WIDTH), adam(0.05))
 
     return factory
 
@@ -84,13 +76,13 @@ def one_line(err):
 )
 def test_features_must_be_a_dict_of_numeric_categorical_pairs(features, named):
     with pytest.raises(ConfigError) as err:
-        NonLabelParty(features, Bottom())
+        NonLabelParty(features, ToyBottom(COLS, WIDTH))
     assert named in one_line(err)
 
 
 @pytest.mark.parametrize("split", [(X[:5, :COLS], None), X[:5, :COLS]])
 def test_no_categorical_columns_is_an_empty_int64_array(split):
-    party = NonLabelParty({"train": split}, Bottom())
+    party = NonLabelParty({"train": split}, ToyBottom(COLS, WIDTH))
     _, categorical = party.features["train"]
     assert categorical.shape == (5, 0) and categorical.dtype == torch.int64
     assert party.embed([0, 4]).shape == (2, WIDTH)
@@ -108,21 +100,18 @@ def test_a_bottom_model_with_the_wrong_signature_fails_at_construction():
 
 
 def test_a_bottom_model_must_return_a_2d_embedding():
-    class Flat(Bottom):
-        def forward(self, numeric, categorical):
-            return self.layer(numeric).reshape(-1)
-
+    flat = ToyBottom(COLS, WIDTH, flat=True)
     with pytest.raises(ConfigError) as err:
-        NonLabelParty({"train": (X[:4, :COLS], None)}, Flat())
+        NonLabelParty({"train": (X[:4, :COLS], None)}, flat)
     assert one_line(err).endswith(
         "calling it with a (1, 2) float32 and a (1, 0) int64 tensor returned shape (3,)"
     )
 
 
 def test_the_signature_check_leaves_training_mode_and_the_rng_alone():
-    class Dropping(Bottom):
+    class Dropping(ToyBottom):
         def __init__(self):
-            super().__init__()
+            super().__init__(COLS, WIDTH)
             self.drop = nn.Dropout(0.5)
 
         def forward(self, numeric, categorical):

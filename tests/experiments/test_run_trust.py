@@ -36,7 +36,7 @@ from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.release.store import LabelStore
 from tpsl_flwr.simulations import server_app
 
-APP_DIR = Path(__file__).parents[1]
+APP_DIR = Path(__file__).parents[2]
 OLD = "\x1b[92mINFO \x1b[0m:      epoch 1/9  OLD RUN LINE"
 NEW = "\x1b[92mINFO \x1b[0m:      epoch 1/2  this run"
 # What `flwr run --stream` writes when a node raises on Ray (shortened).
