@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import warnings
 from types import ModuleType
@@ -109,6 +110,12 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module = importlib.import_module(MOVED[spec.name])
         spec.loader_state = module.__spec__  # the import system overwrites it
         return module
+
+    def get_code(self, fullname: str) -> Any:
+        """The new module's code (``python -m`` of an old path runs it)."""
+        spec = importlib.util.find_spec(MOVED[fullname])
+        loader = None if spec is None else spec.loader
+        return None if loader is None else loader.get_code(MOVED[fullname])  # type: ignore[attr-defined]
 
     def exec_module(self, module: ModuleType) -> None:
         """Nothing to run; give the module back its own spec and loader."""
