@@ -23,21 +23,10 @@ to 1e-3 beside FTRL
 FTRL accumulates: a code seen ``m`` times in ``E`` epochs of batch ``B`` gets
 ``w ~ -E m r / (B (1/eta + l2))`` for a mean residual ``r``, about logistic
 regression with an L2 penalty of ``B (1/eta + l2) / E`` per sample-loss sum
-(``1/eta = 1/wide-lr`` at the start). Measured on 5000 generated Criteo rows
-(seed 0, 2 epochs, batch 32, lr 1e-3, noise seed 0; test AUC, epoch 1 / 2):
-unprotected, l2 0: 0.761 / 0.768, l2 2: 0.756 / 0.769; Laplace eps 1 (noisy-label
-logistic regression 0.695 on the same draws): l2 0: 0.657 / 0.652, 2: 0.666 /
-0.671, 5: 0.664 / 0.674, 20: 0.663 / 0.668.
+(``1/eta = 1/wide-lr`` at the start).
 
-Measured, in-process, 5000 generated Criteo rows (about 3600 trained on),
-``dlrm``, 8 epochs, batch 256, noise seed 0; test AUC of the best epoch:
-unprotected, ``wide`` with Adam (lr 3e-3) 0.768 at epoch 1, then 0.68 by
-epoch 3; ``ftrl`` (wide-lr 5) 0.768 at epoch 2, then 0.70; ``ftrl`` with lr
-1e-3 0.775 at epoch 5 and 0.774 at epoch 8 (3e-4: 0.774), as logistic
-regression on the same one-hot features (0.770 at the C chosen on the training
-rows, 0.774 at C = 0.1). Laplace eps 1: 0.652 (Adam) against 0.692-0.694
-(``ftrl``, lr 1e-3, any of wide-lr 1 or 5, wide-l2 0 or 1), flat from epoch 4
-on; logistic regression on the same noisy labels 0.726.
+The measurements behind these defaults are in ``docs/benchmarks.md``
+("wide = auto").
 """
 
 from __future__ import annotations
@@ -67,18 +56,9 @@ __all__ = [
 
 WIDE_AUTO_MAX_ROWS = 50_000
 """``wide = "auto"``: the most training rows of a Criteo/Avazu file that get
-the FTRL wide part: where it was measured to win. Generated Criteo files
-(``bench/utility.py``, seed 0, noise seed 0, 2 epochs, test AUC of the chosen
-epoch, wide part off / on; the last epoch in brackets):
-
-* 5000 rows (~4000 training rows): unprotected 0.758 / 0.769; Laplace eps 1
-  0.663 / 0.690 and, under other noise draws, 0.672 / 0.697 (0.622 / 0.693)
-  and 0.649 / 0.646 (0.584 / 0.664).
-* 50,000 rows (~40,000 training rows): unprotected 0.794 / 0.792 (0.734 /
-  0.792); Laplace eps 1 0.739 / 0.757 (0.589 / 0.757).
-* 200,000 rows (~160,000 training rows): unprotected 0.809 / 0.810 (0.766 /
-  0.808); Laplace eps 1 0.777 / 0.776 (0.663 / 0.757): a tie, so larger files
-  keep the deep part alone.
+the FTRL wide part: where it was measured to win (``docs/benchmarks.md``,
+"wide = auto"; at 160,000 training rows a tie, so larger files keep the deep
+part alone).
 """
 WIDE_BETA = 1.0
 """FTRL's ``beta`` (McMahan et al.'s default 1): the per-coordinate rate starts

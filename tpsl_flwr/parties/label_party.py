@@ -1,8 +1,9 @@
 """P_L, the label party, as plain torch: labels, top model, mechanism, noise key.
 
-Given the non-label parties' embeddings of a batch, it runs GradPerturb, updates
-the top model ``h`` with the *perturbed* signal and returns the perturbed cut-layer
-gradient, the only label-derived thing that leaves it (Yang et al., Alg. 3, Sec. 4.2).
+Given the non-label parties' embeddings for a batch of sample ids, it runs
+GradPerturb, updates the top model ``h`` with the *perturbed* signal and returns
+the perturbed cut-layer gradient: the only label-derived thing that ever
+leaves it (Yang et al., Algorithm 3 and Section 4.2).
 """
 
 from __future__ import annotations
