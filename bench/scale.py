@@ -109,8 +109,8 @@ def main() -> None:
     args = parser.parse_args()
     counts = list(args.parties) + ([16, 32] if args.more else [])
 
-    from tpsl_flwr.engines.flower_run import run_on_ray
     from tpsl_flwr.experiments.config import ExperimentConfig
+    from tpsl_flwr.experiments.ray_run import run_on_ray
 
     train = ExperimentConfig(dataset=args.dataset, rows=args.rows).load_data().train
     columns = len(train.numeric_names) + len(train.categorical_names)

@@ -25,7 +25,7 @@ runs of the same code (the state of a step swings by a few hundred MB), so
 highest peak and the median samples/s. ``--malloc`` compares glibc's allocator
 settings side by side in the same bench run: ``glibc`` (glibc's own dynamic
 defaults), ``lean`` (``TPSL_FLWR_MALLOC=lean``: fixed mmap and trim thresholds,
-:mod:`tpsl_flwr.engines.allocator`) or ``both``.
+:mod:`tpsl_flwr._util.allocator`) or ``both``.
 
 Usage: ``python bench/scale_rows.py [--rows 50000,200000,500000] [--audit
 both|on|off] [--repeat R] [--malloc glibc|lean|both] [--keep DIR] [-- extra
@@ -234,7 +234,7 @@ def simulate_cmd(
 ) -> list[str]:
     """The ``simulate`` command of one measurement."""
     return [
-        sys.executable, "-m", "tpsl_flwr.simulations.cli", "simulate",
+        sys.executable, "-m", "tpsl_flwr.cli", "simulate",
         "--dataset", "criteo", "--data-path", str(data), "--rows", str(rows),
         "--epochs", "1", "--batch-size", "1024", "--engine", "local",
         "--audit" if audit else "--no-audit",

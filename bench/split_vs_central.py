@@ -44,11 +44,11 @@ import numpy as np
 import torch
 
 from tpsl_flwr.data import partition_columns, party_features
-from tpsl_flwr.evaluation import classification_metrics
 from tpsl_flwr.experiments.architecture import build_bottom, build_top
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_inprocess_experiment
 from tpsl_flwr.experiments.training_settings import training_of
+from tpsl_flwr.metrics.evaluation import classification_metrics
 from tpsl_flwr.models import num_outputs_for
 from tpsl_flwr.parties.optim import adam
 

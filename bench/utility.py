@@ -313,10 +313,10 @@ def run_noisy_labels(
     derived key is in its label party's folder, checked against the
     fingerprint the run reported. Fallback: ``NoiseKey.from_seed``.
     """
+    from tpsl_flwr._util.private_files import read_private
     from tpsl_flwr.parties.label_party import noise_stream
     from tpsl_flwr.privacy.keyed_noise import NoiseKey
     from tpsl_flwr.privacy.noisy_labels import STREAM_TRANSCRIPT, draw_noisy_labels
-    from tpsl_flwr.private_files import read_private
 
     labels = cfg.load_labels().train_labels
     if not np.array_equal(labels, cfg.load_data().train.labels):
@@ -521,7 +521,7 @@ def judge(case: Case, row: dict[str, Any]) -> dict[str, Any]:
 
 def run_flwr(root: Path) -> dict[str, Any]:
     """``flwr run .`` of the app with no arguments (only ``out-dir``), on Ray."""
-    from tpsl_flwr.engines.flower_run import run_on_ray
+    from tpsl_flwr.experiments.ray_run import run_on_ray
 
     out_dir = Path(tempfile.mkdtemp(prefix="flwr-", dir=root))
     row: dict[str, Any] = {"case": "flwr", "metric": "test_auc"}

@@ -9,8 +9,55 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+from torch import nn
+
+
+# ------------------------------------------------------- the toy split model
+class ToyBottom(nn.Module):
+    """The toy split model's bottom: one linear layer over a node's columns.
+
+    ``flat``: return the embedding flattened, a bottom model that breaks the
+    ``(n, d)`` contract.
+    """
+
+    def __init__(self, cols: int, width: int, *, flat: bool = False) -> None:
+        super().__init__()
+        self.layer = nn.Linear(cols, width)
+        self.flat = flat
+
+    def forward(self, numeric: torch.Tensor, categorical: Any) -> torch.Tensor:
+        out = self.layer(numeric)
+        return out.reshape(-1) if self.flat else out
+
+
+def toy_table(rows: int, cols: int, parties: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)``: ``rows`` normal rows of ``parties * cols`` float32 columns, and
+    the binary label ``x[:, 0] + x[:, cols] > 0`` (one column of each of the
+    first two parties)."""
+    x = np.random.default_rng(0).normal(size=(rows, parties * cols)).astype(np.float32)
+    return x, (x[:, 0] + x[:, cols] > 0).astype(np.int64)
+
+
+def toy_node(x: np.ndarray, train_rows: int, cols: int, width: int) -> Callable:
+    """A node factory over ``x``: partition ``i`` holds columns ``i * cols ..``,
+    rows ``0..train_rows-1`` for training and the rest for test, and a
+    :class:`ToyBottom` seeded by its partition."""
+    from tpsl_flwr.parties import NonLabelParty, adam
+
+    def node(context: Any) -> NonLabelParty:
+        part = int(context.node_config["partition-id"])
+        own = slice(cols * part, cols * part + cols)
+        torch.manual_seed(part)
+        return NonLabelParty(
+            {"train": (x[:train_rows, own], None), "test": (x[train_rows:, own], None)},
+            ToyBottom(cols, width),
+            adam(0.05),
+        )
+
+    return node
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +87,11 @@ def server_identity() -> Iterator[None]:
 def private_ledger(tmp_path_factory, monkeypatch) -> Iterator[None]:
     """Each test gets its own privacy ledger, never the user's.
 
-    The label party's ledger (:mod:`tpsl_flwr.ledger`) lives outside every run
+    The label party's ledger (:mod:`tpsl_flwr.release.ledger`) lives outside every run
     folder; a test that wrote to the default one would make later runs over
     the same labels refuse. Processes a test starts inherit the variable.
     """
-    from tpsl_flwr.ledger import LEDGER_ENV
+    from tpsl_flwr.release.ledger import LEDGER_ENV
 
     monkeypatch.setenv(LEDGER_ENV, str(tmp_path_factory.mktemp("ledger")))
     yield

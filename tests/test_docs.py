@@ -154,3 +154,10 @@ def test_the_readme_mechanisms_table_is_the_docs_one():
     table = _mechanisms_table(README)
     assert table[0].startswith("| `--mechanism` |") and len(table) == 6
     assert table == _mechanisms_table(DOCS / "mechanisms.md")
+
+
+def test_the_committed_layout_page_is_generated_from_the_tree():
+    from tools.layout_page import COMMAND, LAYOUT, PROJECT_ROOT, render
+
+    committed = (PROJECT_ROOT / LAYOUT).read_text(encoding="utf-8")
+    assert committed == render(), f"{LAYOUT} is out of date: run `{COMMAND}`"

@@ -27,7 +27,7 @@ audit`` runs) above epsilon is a violation; otherwise the value is within
 sampling error (consistent with the guarantee).
 
 The standard error of a pooled AUC is Hanley and McNeil's (1982,
-:func:`~tpsl_flwr.auc.auc_standard_error`) over the samples it was computed
+:func:`~tpsl_flwr.metrics.auc.auc_standard_error`) over the samples it was computed
 on; that of a top-1 accuracy is the binomial ``sqrt(p (1 - p) / n)``.
 """
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tpsl_flwr.auc import auc_standard_error
+from tpsl_flwr.metrics.auc import auc_standard_error
 
 __all__ = [
     "ABOVE",

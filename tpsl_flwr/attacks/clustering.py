@@ -15,9 +15,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.cluster import KMeans
 
+from tpsl_flwr._util.checks import check_int
 from tpsl_flwr.attacks.signals import as_matrix
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.validation import check_int
 
 
 def clustering_scores(

@@ -20,10 +20,10 @@ from sklearn.neural_network import MLPClassifier
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from tpsl_flwr._util.checks import check_int
 from tpsl_flwr.attacks.population import check_known
 from tpsl_flwr.attacks.signals import as_matrix
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.validation import check_int
 
 HEADS = ("logistic", "mlp")
 """The heads the attacker may fit."""

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tpsl_flwr._util.checks import check_int
 from tpsl_flwr.attacks import sda_predictions, sda_scores
 from tpsl_flwr.attacks.ceiling import (
     ABOVE,
@@ -30,8 +31,8 @@ from tpsl_flwr.attacks.ceiling import (
     ceiling_test,
     pooled_auc_standard_error,
 )
-from tpsl_flwr.auc import binary_auc
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.metrics.auc import binary_auc
 from tpsl_flwr.privacy.accounting import no_op_warning
 from tpsl_flwr.privacy.closed_forms import (
     auc_bound,
@@ -46,7 +47,6 @@ from tpsl_flwr.privacy.noisy_labels import (
     realized_noise,
 )
 from tpsl_flwr.privacy.perturb import candidate_gradients, logits_placement_backward
-from tpsl_flwr.validation import check_int
 
 __all__ = [
     "SIGMAS_OF_TOLERANCE",

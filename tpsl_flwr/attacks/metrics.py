@@ -1,14 +1,14 @@
 """How well an attack did: AUC, per-batch AUC statistics, top-1 accuracy.
 
 The pooled AUC (all samples of an epoch at once) is the project's one AUC,
-:func:`tpsl_flwr.auc.binary_auc`. Per-batch AUCs, summarised by their mean and 95th
-percentile as the Marvell paper does (Li et al. 2022, ICLR, Tables 1-2), are
-the Mann-Whitney statistic computed for all batches of one size in a single
-vectorised rank computation (``scipy.stats.rankdata``, average ranks for ties):
-the same number as ``roc_auc_score`` on each batch (the tests check it to
-1e-12), without scikit-learn's milliseconds of input validation per call,
-which would dominate an epoch of a few hundred batches. A batch holding a
-single class has no AUC; it is skipped and counted.
+:func:`tpsl_flwr.metrics.auc.binary_auc`. Per-batch AUCs, summarised by their
+mean and 95th percentile as the Marvell paper does (Li et al. 2022, ICLR,
+Tables 1-2), are the Mann-Whitney statistic computed for all batches of one
+size in a single vectorised rank computation (``scipy.stats.rankdata``, average ranks
+for ties): the same number as ``roc_auc_score`` on each batch (the tests check it to
+1e-12), without scikit-learn's milliseconds of input validation per call, which would
+dominate an epoch of a few hundred batches. A batch holding a single class has no AUC;
+it is skipped and counted.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import rankdata
 
-from tpsl_flwr.auc import binary_auc
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.metrics.auc import binary_auc
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def _binary(labels: ArrayLike, scores: ArrayLike) -> tuple[np.ndarray, np.ndarra
 
 
 def pooled_auc(labels: ArrayLike, scores: ArrayLike) -> float:
-    """ROC AUC of ``scores`` for ``labels`` (:func:`~tpsl_flwr.auc.binary_auc`).
+    """ROC AUC of ``scores`` for ``labels`` (:func:`~tpsl_flwr.metrics.auc.binary_auc`).
 
     Parameters
     ----------

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tpsl_flwr._util.checks import check_int
 from tpsl_flwr.attacks.ceiling import (
     STRICT_CONFIDENCE,
     accuracy_standard_error,
@@ -74,7 +75,6 @@ from tpsl_flwr.attacks.signals import per_sample_gradients
 from tpsl_flwr.attacks.spectral import spectral_direction, spectral_scores
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.empirical import epsilon_lower_bound
-from tpsl_flwr.validation import check_int
 
 BINARY_ATTACKS = ("norm", "cosine", "spectral", "sda")
 """Keys of a binary report (pooled AUC) and of its ``per_batch`` entry."""

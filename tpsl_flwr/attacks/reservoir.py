@@ -24,7 +24,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from tpsl_flwr.validation import check_int
+from tpsl_flwr._util.checks import check_int
 
 __all__ = ["DEFAULT_AUDIT_ROWS", "BatchReservoir"]
 

@@ -17,8 +17,8 @@ from numbers import Integral
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tpsl_flwr._util.checks import check_int
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.validation import check_int
 
 
 def as_matrix(values: ArrayLike, name: str, min_rows: int = 1) -> np.ndarray:

@@ -27,18 +27,39 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
-from torch import Tensor
+from torch import Tensor, nn
 
 from tpsl_flwr.attacks.report import BatchRecord, attack_report
 from tpsl_flwr.attacks.reservoir import DEFAULT_AUDIT_ROWS, BatchReservoir
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.privacy.mechanisms import Mechanism
 from tpsl_flwr.privacy.perturb import candidate_gradients
 from tpsl_flwr.privacy.prior_bound import prior_aware_ceiling
+
+
+class AuditedParty(Protocol):
+    """What the audit reads of the label party; a ``LabelParty`` has it.
+
+    A protocol rather than :class:`~tpsl_flwr.parties.LabelParty` itself: the
+    attacks sit below the parties, so the label party can run them on itself.
+    """
+
+    top: nn.Module
+    labels: np.ndarray
+    mechanism: Mechanism
+    denoise: str
+
+    def train_step(
+        self, sample_ids: object, embeddings: Tensor, epoch: int = 0
+    ) -> Tensor:
+        """One step; the perturbed cut-layer gradient it dispatches."""
+
+    def predict(self, embeddings: Tensor) -> np.ndarray:
+        """Class probabilities ``(n, k)`` of the top model."""
 
 
 class TranscriptAudit:
@@ -73,7 +94,7 @@ class TranscriptAudit:
         self.seconds = 0.0
 
     def step(
-        self, party: LabelParty, ids: np.ndarray, embeddings: Tensor, epoch: int
+        self, party: AuditedParty, ids: np.ndarray, embeddings: Tensor, epoch: int
     ) -> Tensor:
         """Run ``party.train_step`` and record what it dispatches, if sampled.
 
@@ -193,6 +214,6 @@ def _prior_aware(priors: list[tuple[np.ndarray, ArrayLike]], auc_bound: float) -
     return prior_aware_ceiling(prior, labels, epsilon)
 
 
-def _carries_model_prior(party: LabelParty) -> bool:
+def _carries_model_prior(party: AuditedParty) -> bool:
     """Whether the dispatched gradients carry a posterior-trained prediction."""
     return party.mechanism.is_binary and party.denoise == "posterior"

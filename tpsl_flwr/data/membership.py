@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpsl_flwr.compact_ints import chunks, true_positions
+from tpsl_flwr._util.compact_ints import chunks, true_positions
 from tpsl_flwr.errors import ConfigError
 
 __all__ = [
@@ -202,7 +202,7 @@ def split_positions(
     -------
     train_pos, test_pos : np.ndarray
         Increasing positions (int32 below 2**31 rows,
-        :func:`~tpsl_flwr.compact_ints.true_positions`).
+        :func:`~tpsl_flwr._util.compact_ints.true_positions`).
 
     Raises
     ------

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tpsl_flwr.auc import binary_auc
 from tpsl_flwr.data.membership import split_positions
 from tpsl_flwr.data.tabular import DatasetSplit, TabularData
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.metrics.auc import binary_auc
 
 __all__ = ["binary_auc", "make_split", "standardize"]
 

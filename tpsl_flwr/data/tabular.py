@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tpsl_flwr.compact_ints import is_strictly_increasing
+from tpsl_flwr._util.compact_ints import is_strictly_increasing
 from tpsl_flwr.data.mapped import MappedColumns, column_range
 from tpsl_flwr.errors import ConfigError
 
@@ -390,7 +390,7 @@ def check_ids(ids: np.ndarray, n: int, what: str) -> None:
     """Raise unless ``ids`` are ``n`` strictly increasing non-negative ids.
 
     int64, or int32 (the compact form of files under 2**31 rows,
-    :mod:`tpsl_flwr.compact_ints`).
+    :mod:`tpsl_flwr._util.compact_ints`).
 
     Parameters
     ----------

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tpsl_flwr.compact_ints import chunks
+from tpsl_flwr._util.compact_ints import chunks
 from tpsl_flwr.data.tabular import PartyFeatures, check_ids
 from tpsl_flwr.errors import ConfigError
 

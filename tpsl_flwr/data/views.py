@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tpsl_flwr.compact_ints import compact_ids
+from tpsl_flwr._util.compact_ints import compact_ids
 from tpsl_flwr.data.builtin import (
     FILE_DATASETS,
     SYNTHETIC_DEFAULT_POSITIVE_RATE,
@@ -366,7 +366,7 @@ def _split_settings(spec: DataSpec) -> dict[str, Any]:
 def _frozen(ids: np.ndarray) -> np.ndarray:
     """A read-only compact copy: the ids fix the noise, nobody may edit them.
 
-    int32 below 2**31 records (:func:`~tpsl_flwr.compact_ints.compact_ids`):
+    int32 below 2**31 records (:func:`~tpsl_flwr._util.compact_ints.compact_ids`):
     every party holds its ids for the whole run, 4 bytes a row instead of 8.
     """
     return compact_ids(ids)

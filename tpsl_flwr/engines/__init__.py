@@ -21,14 +21,14 @@ Real Flower processes, launched through Flower's CLI and ended by PID:
   from ``flwr ls``, as a :class:`~tpsl_flwr.engines.flwr_cli.CompletedRun`;
 * :mod:`~tpsl_flwr.engines.simulation`: ``flwr run`` on a local SuperLink
   (Ray simulation engine);
-* :mod:`~tpsl_flwr.engines.deployment`: a ``flower-superlink`` plus one
+* :mod:`~tpsl_flwr.engines.deployment.runtime`: a ``flower-superlink`` plus one
   ``flower-supernode`` per party on loopback, optionally over TLS with
-  registered SuperNodes (:mod:`~tpsl_flwr.engines.deployment_security`,
-  :mod:`~tpsl_flwr.engines.certificates`), with a party worker beside each
-  SuperNode on request (:mod:`~tpsl_flwr.engines.party_workers`);
+  registered SuperNodes (:mod:`~tpsl_flwr.engines.deployment.security`,
+  :mod:`~tpsl_flwr.engines.deployment.certificates`), with a party worker beside each
+  SuperNode on request (:mod:`~tpsl_flwr.engines.deployment.party_workers`);
 * :mod:`~tpsl_flwr.engines.superlink_guard`: both launchers' SuperLink, which
   answers only the label party's OS user (a peer-uid check of each request);
 * :mod:`~tpsl_flwr.engines.launch`: the public launcher names of the modules
   above, re-exported;
-* :mod:`~tpsl_flwr.engines.flower_run`: the TPSL app on Ray, results read back.
+* :mod:`~tpsl_flwr.experiments.ray_run`: the TPSL app on Ray, results read back.
 """

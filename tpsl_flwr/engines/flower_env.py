@@ -1,7 +1,7 @@
 """Flower's command line, offline: environment, executable, ports, run config.
 
 The pieces both launchers (:mod:`~tpsl_flwr.engines.simulation`,
-:mod:`~tpsl_flwr.engines.deployment`) hand to Flower's CLI: an environment
+:mod:`~tpsl_flwr.engines.deployment.runtime`) hand to Flower's CLI: an environment
 that runs Flower offline and quietly, the ``flwr`` executable of this
 installation, free loopback ports, ``key=value`` options
 (``--federation-config``, ``--node-config``) and the ``--run-config`` TOML

@@ -1,7 +1,7 @@
 """One ``flwr run --stream`` of an app, and its final status from ``flwr ls``.
 
 Both launchers (:mod:`~tpsl_flwr.engines.simulation`,
-:mod:`~tpsl_flwr.engines.deployment`) run an app on a SuperLink connection
+:mod:`~tpsl_flwr.engines.deployment.runtime`) run an app on a SuperLink connection
 with :func:`flwr_run` and read how it ended with :func:`query_status`:
 ``flwr run`` exits with 0 even when the ServerApp fails, so the status the
 SuperLink records is what tells. :class:`CompletedRun` holds the outcome.
@@ -10,7 +10,6 @@ SuperLink records is what tells. :class:`CompletedRun` holds the outcome.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -18,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpsl_flwr._util.private_files import open_private
 from tpsl_flwr.engines.app_bundle import staged_app
 from tpsl_flwr.engines.flower_env import flwr_executable
 from tpsl_flwr.engines.processes import FlowerLaunchError
@@ -174,7 +174,7 @@ def _run_cli(
 ) -> int:
     """Run ``cmd`` with its output in a new ``log_path`` (0600); its exit code."""
     # 0600: the log holds the label party's per-epoch test metrics.
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = open_private(log_path, "new")
     with open(fd, "w", encoding="utf-8") as log_file:
         proc = subprocess.Popen(
             cmd, env=dict(env), stdout=log_file, stderr=subprocess.STDOUT

@@ -5,7 +5,7 @@ The public launcher names, re-exported from the modules that hold them:
 - :func:`run_flwr_simulation` (:mod:`~tpsl_flwr.engines.simulation`):
   ``flwr run <app> local --stream``, Ray simulation behind a managed local
   SuperLink;
-- :class:`DeploymentRuntime` (:mod:`~tpsl_flwr.engines.deployment`): a
+- :class:`DeploymentRuntime` (:mod:`~tpsl_flwr.engines.deployment.runtime`): a
   ``flower-superlink`` plus one ``flower-supernode`` per party on loopback,
   then ``flwr run <app> <connection>``;
 - :class:`CompletedRun` (:mod:`~tpsl_flwr.engines.flwr_cli`): the outcome of
@@ -20,7 +20,7 @@ The public launcher names, re-exported from the modules that hold them:
 
 from __future__ import annotations
 
-from tpsl_flwr.engines.deployment import DeploymentRuntime
+from tpsl_flwr.engines.deployment.runtime import DeploymentRuntime
 from tpsl_flwr.engines.flower_env import offline_flower_env
 from tpsl_flwr.engines.flwr_cli import CompletedRun
 from tpsl_flwr.engines.processes import (

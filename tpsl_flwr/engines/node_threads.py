@@ -13,7 +13,7 @@ Adam steps use as many cores as there are nodes (each at the process's torch
 thread count).
 
 Nothing a node computes depends on another node's thread: a seeded run trains
-bit for bit as with the nodes in sequence (``tests/test_node_threads.py``).
+bit for bit as with the nodes in sequence (``tests/engines/test_node_threads.py``).
 Measured on 2 cores (``bench/README.md``, "Nodes side by side"): 1.2x the
 samples/s of the Criteo DLRM split at one torch thread, but 0.84x on the small
 default model, whose steps are mostly Python (the nodes' threads then wait for

@@ -6,7 +6,7 @@ no CLI to stop it) that in turn spawns ``flower-superexec`` and, per run,
 ``flwr-simulation`` with its Ray processes; a SuperNode spawns its own
 ``flower-superexec`` and one ``flwr-clientapp`` per message, and those survive
 a SIGTERM of the SuperNode for a few seconds. Every process the launchers
-(:mod:`~tpsl_flwr.engines.simulation`, :mod:`~tpsl_flwr.engines.deployment`)
+(:mod:`~tpsl_flwr.engines.simulation`, :mod:`~tpsl_flwr.engines.deployment.runtime`)
 start therefore gets a unique marker in its environment
 (:data:`LAUNCH_ID_ENV`), which all descendants inherit, detached or not;
 :func:`terminate_launched` finds them by that marker (plus by parentage) in

@@ -24,7 +24,6 @@ are ended.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 import uuid
@@ -32,7 +31,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tpsl_flwr.engines.deployment_security import write_connection
+from tpsl_flwr._util.private_files import make_private_dir, open_private
+from tpsl_flwr.engines.deployment.security import write_connection
 from tpsl_flwr.engines.flower_env import (
     check_run_config,
     free_ports,
@@ -61,8 +61,6 @@ CONNECTION = "tpsl-local"
 
 SUPERLINK_STARTUP_S = 60.0
 """Seconds the local SuperLink may take to answer."""
-
-_NEW_PRIVATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 
 
 def run_flwr_simulation(
@@ -241,13 +239,13 @@ def start_simulation_superlink(
     (``flwr/cli/local_superlink.py``), on a free port.
     """
     folder = flwr_home / "local-superlink"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_private_dir(folder, check=False)
     (port,) = free_ports(1)
     args = ["--insecure", "--simulation", "--isolation", "subprocess"]
     args += ["--host", "127.0.0.1", "--port", str(port)]
     args += ["--log-file", str(folder / "superlink.log")]
     args += ["--database", str(folder / "state.db")]
-    console = os.open(folder / "console.log", _NEW_PRIVATE, 0o600)
+    console = open_private(folder / "console.log")
     with open(console, "wb") as out:
         procs.append(
             subprocess.Popen(

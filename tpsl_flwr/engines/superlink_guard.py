@@ -23,8 +23,8 @@ and answers ``403`` unless its owner is the SuperLink's own uid. A peer that
 is not found (another host, a closed or half-closed socket) is refused too.
 Only this user's processes pass: the ``flwr`` CLI, ``flower-superexec``, the
 ServerApp, local SuperNodes, and the Fleet proxy (nginx runs as this user:
-:mod:`~tpsl_flwr.engines.fleet_proxy`). The legacy gRPC Control and Fleet
-servers are never started (:data:`~tpsl_flwr.engines.fleet_proxy.BYPASS_ENV`
+:mod:`~tpsl_flwr.engines.deployment.fleet_proxy`). The legacy gRPC Control and Fleet
+servers are never started (:data:`~tpsl_flwr.engines.deployment.fleet_proxy.BYPASS_ENV`
 is removed from the environment).
 
 It fails closed: the guard alone answers :data:`GUARD_PATH`, and the
@@ -47,7 +47,7 @@ from logging import WARNING
 from pathlib import Path
 from typing import Any
 
-from tpsl_flwr.engines.fleet_proxy import BYPASS_ENV
+from tpsl_flwr.engines.deployment.fleet_proxy import BYPASS_ENV
 from tpsl_flwr.engines.processes import FlowerLaunchError
 
 __all__ = [

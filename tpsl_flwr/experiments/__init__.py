@@ -5,7 +5,7 @@
 :mod:`~tpsl_flwr.experiments.experiment` builds and runs the label party and
 writes the results JSON; :mod:`~tpsl_flwr.experiments.run` runs one experiment
 on either engine (:func:`~tpsl_flwr.experiments.run.run_experiment`);
-:mod:`~tpsl_flwr.experiments.sweep_config` describes grids of experiments and
-:mod:`~tpsl_flwr.experiments.sweep` runs them and writes the paper's tables and
+:mod:`~tpsl_flwr.experiments.sweep.config` describes grids of experiments and
+:mod:`~tpsl_flwr.experiments.sweep.run` runs them and writes the paper's tables and
 figures.
 """

@@ -2,7 +2,7 @@
 
 ``model = "dlrm"``: each node sends one vector per field (each categorical
 column's embedding, one MLP vector for its numeric columns) and the label party's
-:class:`~tpsl_flwr.interaction.DotInteractionTop` takes their pairwise dot
+:class:`~tpsl_flwr.models.interaction.DotInteractionTop` takes their pairwise dot
 products. ``model = "mlp"``: each node sends one MLP output and the top model is
 an MLP (:class:`~tpsl_flwr.models.TopModel`). Both sides build from the public
 schema alone: the label party counts each node's fields from the column
@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from tpsl_flwr.experiments.wide_settings import has_wide
-from tpsl_flwr.interaction import DotInteractionTop
 from tpsl_flwr.models import BottomModel, TopModel, field_count
+from tpsl_flwr.models.interaction import DotInteractionTop
 
 if TYPE_CHECKING:
     from tpsl_flwr.experiments.config import ExperimentConfig

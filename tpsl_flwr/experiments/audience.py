@@ -31,13 +31,16 @@ False
 from __future__ import annotations
 
 import json
-import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from tpsl_flwr.private_files import DIR_MODE, FILE_MODE, check_private
+from tpsl_flwr._util.private_files import (
+    PUBLIC_MODE,
+    keep_private,
+    private_folder,
+    write_atomic,
+)
 
 __all__ = [
     "CONFIG_PATH_KEYS",
@@ -65,8 +68,6 @@ CONFIG_PATH_KEYS = ("out-dir", "label-dir", "data-path", "transcript-dir")
 ``flower-run`` passes them on absolute (empty: unset)."""
 PUBLIC_SUMMARY = "summary-public.json"
 """The shareable summary of a run, next to its (private) ``results.json``."""
-PUBLIC_MODE = 0o644
-"""Mode of a shareable file: anyone may read it once it leaves the folder."""
 LABEL_PARTY_ONLY_FILES = ("results.json", "report.md", "report.png")
 """A run's files that hold clean-label statistics (mode ``0600``)."""
 SEEDED_KEY_NOTE = (
@@ -284,34 +285,6 @@ def public_summary(results: Mapping[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def private_folder(path: str | Path) -> Path:
-    """Create ``path`` (mode ``0700``) or take group/other access off it.
-
-    The run's out-dir is the label party's: its results hold clean-label
-    statistics. A folder this user owns is tightened to ``0700``; one another
-    user owns is refused.
-
-    Raises
-    ------
-    PrivacyError
-        If the folder is a symbolic link or another user owns it.
-    """
-    folder = Path(path).resolve()
-    folder.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
-    info = folder.stat()
-    own = not hasattr(os, "getuid") or info.st_uid == os.getuid()
-    if own and stat.S_IMODE(info.st_mode) & 0o077:
-        os.chmod(folder, DIR_MODE)
-    check_private(folder)
-    return folder
-
-
-def keep_private(path: str | Path) -> Path:
-    """Set a file the label party just wrote to mode ``0600``; return it."""
-    os.chmod(path, FILE_MODE)
-    return Path(path)
-
-
 def write_public(path: str | Path, results: Mapping[str, Any]) -> Path:
     """Write :func:`public_summary` of ``results`` to ``path``, mode ``0644``."""
     text = json.dumps(public_summary(results), indent=2, default=_jsonable) + "\n"
@@ -324,18 +297,7 @@ def write_shareable(path: str | Path, text: str) -> Path:
     Only for text built from an allow-list (:data:`PUBLIC_FIELDS`,
     :data:`PUBLIC_RUN_COLUMNS`).
     """
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PUBLIC_MODE)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            os.fchmod(handle.fileno(), PUBLIC_MODE)  # whatever the umask
-            handle.write(text)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
+    return write_atomic(path, text, mode=PUBLIC_MODE)
 
 
 def _jsonable(value: Any) -> Any:

@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tpsl_flwr._util.checks import check_int, check_placement, check_positive_finite
 from tpsl_flwr.data import (
     ALL_DATASETS,
     FILE_DATASETS,
@@ -33,10 +34,9 @@ from tpsl_flwr.data.ctr.load import SPLITS
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config_fields import coerce_value
 from tpsl_flwr.experiments.training_settings import check_training, resolve_denoise
-from tpsl_flwr.experiments.validation_settings import validation_mode
 from tpsl_flwr.experiments.wide_settings import check_wide, wide_mode
 from tpsl_flwr.privacy.mechanisms import Mechanism, make_mechanism
-from tpsl_flwr.validation import check_int, check_placement, check_positive_finite
+from tpsl_flwr.validation.holdout import validation_mode
 from tpsl_flwr.wire.wire_dtype import check_wire_dtype
 
 LABEL_DIR = "label-party"
@@ -74,7 +74,7 @@ class ExperimentConfig:
     release taking the label set's total epsilon above it), ``release``
     (count the run as a release whatever its engine) and
     ``unprotected_release`` (allow a release with ``mechanism = none``) are
-    label-party decisions, never run config (:mod:`tpsl_flwr.ledger`).
+    label-party decisions, never run config (:mod:`tpsl_flwr.release.ledger`).
     """
 
     dataset: str = "synthetic-ctr"

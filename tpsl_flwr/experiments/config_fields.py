@@ -1,6 +1,6 @@
 """The run config's documentation: one line of help per key, and the choices.
 
-:mod:`tpsl_flwr.simulations.cli_flags` turns these into ``tpsl-flwr simulate``
+:mod:`tpsl_flwr.cli.flags` turns these into ``tpsl-flwr simulate``
 flags; :class:`~tpsl_flwr.experiments.config.ExperimentConfig` checks values
 against the choices.
 """
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tpsl_flwr._util.checks import PLACEMENTS
 from tpsl_flwr.data import ALL_DATASETS
 from tpsl_flwr.data.ctr.load import SPLITS
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy import posterior
 from tpsl_flwr.privacy.mechanisms import MECHANISMS
-from tpsl_flwr.validation import PLACEMENTS
 from tpsl_flwr.wire.protocol import parse_bool
 from tpsl_flwr.wire.wire_dtype import WIRE_DTYPES
 
@@ -136,7 +136,7 @@ FIELD_HELP: dict[str, str] = {
 """One line of help per field (kebab-case key): the ``tpsl-flwr simulate`` flags.
 
 Every field of :class:`ExperimentConfig` has an entry, so adding a field adds a
-documented flag (:mod:`tpsl_flwr.simulations.cli_flags`).
+documented flag (:mod:`tpsl_flwr.cli.flags`).
 """
 FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "dataset": ALL_DATASETS,

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from flwr.serverapp import Grid
 
+from tpsl_flwr._util.private_files import write_private
 from tpsl_flwr.data.builtin import DATASETS, FILE_DATASETS
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.architecture import build_top
@@ -27,18 +28,17 @@ from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run_folder import RESULTS_FILE, retire_results
 from tpsl_flwr.experiments.run_report import write_report
 from tpsl_flwr.experiments.training_settings import training_of
-from tpsl_flwr.experiments.validation_settings import resolve_validation
 from tpsl_flwr.experiments.wide_settings import resolve_wide
-from tpsl_flwr.label_set import MIN_RECORDS
-from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.models import num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
 from tpsl_flwr.privacy.accounting import PrivacySpent, privacy_spent
 from tpsl_flwr.privacy.epsilon_text import total_text
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import Mechanism, parameter_of
-from tpsl_flwr.private_files import write_private
+from tpsl_flwr.release.label_set import MIN_RECORDS
+from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.strategies import TPSLStrategy
+from tpsl_flwr.validation.holdout import resolve_validation
 
 EVALUATION_LABELS = "evaluation-train-labels.npy"
 ID_SPACE_KEYS = ("dataset", "data-path", "rows", "seed", "test-fraction", "split")
@@ -185,7 +185,7 @@ def build_strategy(
     """The label party for ``cfg`` (its labels only) and facts about the data.
 
     The noise key comes from the label party's private folder
-    (:class:`~tpsl_flwr.label_store.LabelStore`), bound to every setting that
+    (:class:`~tpsl_flwr.release.store.LabelStore`), bound to every setting that
     fixes the noise; a resume with any of them changed is refused.
     ``rehearsal``: every node is the label party's own (:func:`is_rehearsal`).
     """

@@ -8,11 +8,11 @@ and the end-to-end tests:
   party (:func:`~tpsl_flwr.experiments.experiment.run_label_party`) on it, in
   this process;
 * ``ray``: ``flwr run`` of the app on Flower's Ray simulation
-  (:func:`~tpsl_flwr.engines.flower_run.run_on_ray`), after the label party's
+  (:func:`~tpsl_flwr.experiments.ray_run.run_on_ray`), after the label party's
   seeded key, if any, is put in its private folder: ``noise-seed`` never enters
   the run config the nodes receive;
 * ``deployment``: ``flwr run`` of the app on a local deployment
-  (:class:`~tpsl_flwr.engines.deployment.DeploymentRuntime`: a SuperLink and
+  (:class:`~tpsl_flwr.engines.deployment.runtime.DeploymentRuntime`: a SuperLink and
   ``num-parties`` SuperNodes on loopback, over TLS with authenticated
   SuperNodes when ``secure``), the seeded key provided the same way; every
   process it started is ended by PID afterwards.
@@ -41,7 +41,7 @@ from tpsl_flwr.experiments.run_folder import (
     write_atomic,
 )
 from tpsl_flwr.experiments.training_settings import resolve_training
-from tpsl_flwr.label_store import LabelStore
+from tpsl_flwr.release.store import LabelStore
 
 if TYPE_CHECKING:
     from tpsl_flwr.engines.inprocess import InProcessGrid
@@ -117,7 +117,7 @@ def run_experiment(
         per step beats several fighting over the cores, ~10x measured on 2
         loaded cores). ``"ray"``: Flower's Ray simulation (``flwr run``).
         ``"deployment"``: a SuperLink and ``cfg.num_parties`` SuperNodes on
-        loopback (:class:`~tpsl_flwr.engines.deployment.DeploymentRuntime`,
+        loopback (:class:`~tpsl_flwr.engines.deployment.runtime.DeploymentRuntime`,
         logs in ``out-dir/deployment-logs``), ``flwr run`` of the app there,
         every process ended by PID afterwards.
     echo
@@ -138,7 +138,7 @@ def run_experiment(
         certificates, loopback); ignored by the other engines.
     party_workers
         ``deployment`` only: a long-lived party worker beside each SuperNode
-        (:mod:`~tpsl_flwr.engines.party_workers`); ``False``: every message
+        (:mod:`~tpsl_flwr.engines.deployment.party_workers`); ``False``: every message
         runs in full in its own ``flwr-clientapp`` process.
 
     Returns
@@ -189,8 +189,8 @@ def run_experiment(
         extra=[cfg.transcript_dir] if cfg.transcript_dir else [],
     )
     if engine == "ray":
-        from tpsl_flwr.engines.flower_run import run_on_ray
         from tpsl_flwr.experiments.experiment import provide_seeded_key
+        from tpsl_flwr.experiments.ray_run import run_on_ray
 
         provide_seeded_key(cfg)  # the label party's file; the seed stays here
         return run_on_ray(cfg.to_run_config(), echo=echo, timeout=timeout)
@@ -201,7 +201,7 @@ def run_experiment(
         return _run_on_deployment(
             cfg, secure=secure, echo=echo, timeout=timeout, workers=party_workers
         )
-    from tpsl_flwr.engines.allocator import tune_allocator
+    from tpsl_flwr._util.allocator import tune_allocator
 
     tune_allocator()  # TPSL_FLWR_MALLOC=lean: freed blocks go back (opt-in)
     with (
@@ -230,8 +230,9 @@ def run_inprocess_experiment(
     cfg
         The experiment.
     client_app
-        The nodes' ClientApp (default: the app's,
-        :data:`tpsl_flwr.simulations.client_app.app`).
+        The nodes' ClientApp (default: the app's own,
+        :func:`~tpsl_flwr.experiments.node_party.make_node_app`, as
+        :data:`tpsl_flwr.simulations.client_app.app` runs it in a node).
     timeout
         Seconds to wait for each reply of a node.
     **grid_options
@@ -252,9 +253,9 @@ def run_inprocess_experiment(
     from tpsl_flwr.experiments.experiment import run_label_party
 
     if client_app is None:
-        from tpsl_flwr.simulations.client_app import app
+        from tpsl_flwr.experiments.node_party import make_node_app
 
-        client_app = app
+        client_app = make_node_app()
     grid_options.setdefault("app_keeps_state", True)  # one object, one process
     grid = InProcessGrid(
         client_app, cfg.num_parties, run_config=cfg.to_run_config(), **grid_options
@@ -307,9 +308,9 @@ def _absolute_paths(run_config: dict[str, Any]) -> dict[str, Any]:
 
     The ServerApp and the ClientApps run in other processes and folders; the
     same rule as ``tpsl-flwr flower-run``
-    (:func:`~tpsl_flwr.engines.flower_run.absolute_paths`).
+    (:func:`~tpsl_flwr.experiments.ray_run.absolute_paths`).
     """
-    from tpsl_flwr.engines.flower_run import absolute_paths
+    from tpsl_flwr.experiments.ray_run import absolute_paths
 
     return {**run_config, **absolute_paths(run_config, {})}
 
@@ -323,12 +324,12 @@ def _run_on_deployment(
     workers: bool = True,
 ) -> dict[str, Any]:
     """``flwr run`` of the app on a fresh local deployment; its results JSON."""
-    from tpsl_flwr.engines.deployment import DeploymentRuntime
+    from tpsl_flwr.engines.deployment.runtime import DeploymentRuntime
     from tpsl_flwr.engines.flower_env import app_config
-    from tpsl_flwr.engines.flower_run import progress_line, source_app_dir
     from tpsl_flwr.engines.processes import FlowerLaunchError
     from tpsl_flwr.experiments.audience import PUBLIC_SUMMARY, write_public
     from tpsl_flwr.experiments.experiment import RESULTS_FILE
+    from tpsl_flwr.experiments.ray_run import progress_line, source_app_dir
 
     app = source_app_dir()
     run_config = _absolute_paths(cfg.to_run_config())

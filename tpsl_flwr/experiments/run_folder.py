@@ -15,8 +15,8 @@ finished:
   nodes' checkpoints) and moves an earlier ``results.json`` and report to
   ``*.previous.*``, so a failed resume never shows them as its own;
 * ``results.json`` and ``report.md`` are written atomically
-  (:func:`write_atomic`); a failed run leaves :data:`FAILED_FILE` holding its
-  one-line error (:func:`failed_on_error`);
+  (:func:`~tpsl_flwr._util.private_files.write_atomic`); a failed run leaves
+  :data:`FAILED_FILE` holding its one-line error (:func:`failed_on_error`);
 * the folder is the label party's: made ``0700``
   (:func:`~tpsl_flwr.experiments.audience.private_folder`), its results and
   ``FAILED`` written ``0600``; only ``summary-public.json`` is ``0644``
@@ -37,7 +37,6 @@ import json
 import os
 import re
 import shutil
-import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from logging import ERROR, INFO
@@ -46,9 +45,9 @@ from typing import Any
 
 from flwr.common.logger import log
 
+from tpsl_flwr._util.private_files import FILE_MODE, write_atomic
 from tpsl_flwr.errors import ConfigError, ReleaseRefused
 from tpsl_flwr.experiments.audience import PUBLIC_SUMMARY, private_folder
-from tpsl_flwr.private_files import FILE_MODE
 
 __all__ = [
     "FAILED_FILE",
@@ -217,40 +216,6 @@ def retire_results(out_dir: str | Path, *, keep_previous: bool) -> None:
             os.replace(path, path.with_name(f"{path.stem}.previous{path.suffix}"))
         else:
             path.unlink()
-
-
-def write_atomic(path: str | Path, text: str, *, mode: int | None = None) -> Path:
-    """Write ``text`` to ``path`` through a temporary file renamed over it.
-
-    A reader sees the old file or the whole new one, never a part.
-
-    Parameters
-    ----------
-    path
-        The file.
-    text
-        Its new content (UTF-8).
-    mode
-        The file's mode (``0o600``: the label party's alone). ``None``
-        (default): the mode of the file it replaces, so rewriting a private
-        ``results.json`` keeps it private; a new file gets the umask's.
-    """
-    target = Path(path)
-    if mode is None and target.exists():
-        mode = stat.S_IMODE(target.stat().st_mode)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    created = FILE_MODE if mode is not None else 0o666  # 0o666: less the umask
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, created)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            if mode is not None:
-                os.fchmod(handle.fileno(), mode)
-            handle.write(text)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
 
 
 def one_line_error(error: BaseException | str) -> str:

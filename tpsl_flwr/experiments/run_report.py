@@ -18,9 +18,9 @@ import math
 from pathlib import Path
 from typing import IO, Any
 
+from tpsl_flwr._util.private_files import write_private
 from tpsl_flwr.attacks.ceiling import BELOW, SIGMAS_OF_TOLERANCE
 from tpsl_flwr.privacy.epsilon_text import epsilon_text, results_total_text
-from tpsl_flwr.private_files import write_private
 
 REPORT_MD = "report.md"
 REPORT_PNG = "report.png"

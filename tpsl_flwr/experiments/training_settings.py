@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from tpsl_flwr._util.checks import check_int
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config_fields import (
     DENOISE_PRIORS,
@@ -20,14 +21,11 @@ from tpsl_flwr.experiments.config_fields import (
     LR_SCHEDULES,
     MODELS,
 )
-from tpsl_flwr.experiments.validation_settings import validation_mode
-from tpsl_flwr.experiments.wide_settings import resolve_wide
-from tpsl_flwr.validation import check_int
-
-if TYPE_CHECKING:
-    from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.wide_settings import WideFields, resolve_wide
+from tpsl_flwr.validation.holdout import validation_mode
 
 __all__ = [
+    "TrainingFields",
     "TrainingSettings",
     "check_training",
     "resolve_denoise",
@@ -53,6 +51,54 @@ rose to 0.769; Laplace eps 1: 1e-3 and 1e-4 alike, 0.657 and 0.656)."""
 
 NOISY_LABELS = ("laplace", "discrete")
 """Mechanisms whose output is a noisy label (the posterior applies)."""
+
+
+class TrainingFields(WideFields, Protocol):
+    """The run-config fields these checks read; an ``ExperimentConfig`` has them.
+
+    A protocol rather than the config class itself: the config's module
+    (:mod:`~tpsl_flwr.experiments.config`) imports this one to check its keys.
+    """
+
+    @property
+    def mechanism(self) -> str:
+        """``mechanism``."""
+
+    @property
+    def epochs(self) -> int:
+        """``epochs``."""
+
+    @property
+    def batch_size(self) -> int:
+        """``batch-size``."""
+
+    @property
+    def lr(self) -> float:
+        """``lr``."""
+
+    @property
+    def lr_schedule(self) -> str:
+        """``lr-schedule``."""
+
+    @property
+    def weight_decay(self) -> float:
+        """``weight-decay``."""
+
+    @property
+    def model(self) -> str:
+        """``model``."""
+
+    @property
+    def validation_fraction(self) -> float | str:
+        """``validation-fraction``."""
+
+    @property
+    def denoise(self) -> str:
+        """``denoise``."""
+
+    @property
+    def denoise_prior(self) -> str:
+        """``denoise-prior``."""
 
 
 def resolve_denoise(
@@ -171,11 +217,11 @@ def resolve_training(
     return TrainingSettings(batch_size, float(lr), steps, auto)
 
 
-def training_of(cfg: ExperimentConfig, train_rows: int) -> TrainingSettings:
+def training_of(cfg: TrainingFields, train_rows: int) -> TrainingSettings:
     """:func:`resolve_training` of ``cfg``'s batch-size, lr, epochs and wide part.
 
     The one resolution the label party (``simulate``, ``flwr run``, sweeps)
-    and every node (:mod:`~tpsl_flwr.simulations.node_app`) make alike; ``wide
+    and every node (:mod:`~tpsl_flwr.experiments.node_party`) make alike; ``wide
     = "auto"`` is resolved from the same rows first
     (:func:`~tpsl_flwr.experiments.wide_settings.resolve_wide`).
     """
@@ -189,7 +235,7 @@ def training_of(cfg: ExperimentConfig, train_rows: int) -> TrainingSettings:
     )
 
 
-def check_training(cfg: ExperimentConfig) -> None:
+def check_training(cfg: TrainingFields) -> None:
     """batch-size, lr, model, lr-schedule, weight-decay, validation and denoise."""
     check_int(cfg.batch_size, "batch-size", minimum=0)
     lr = cfg.lr

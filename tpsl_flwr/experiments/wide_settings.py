@@ -23,28 +23,17 @@ to 1e-3 beside FTRL
 FTRL accumulates: a code seen ``m`` times in ``E`` epochs of batch ``B`` gets
 ``w ~ -E m r / (B (1/eta + l2))`` for a mean residual ``r``, about logistic
 regression with an L2 penalty of ``B (1/eta + l2) / E`` per sample-loss sum
-(``1/eta = 1/wide-lr`` at the start). Measured on 5000 generated Criteo rows
-(seed 0, 2 epochs, batch 32, lr 1e-3, noise seed 0; test AUC, epoch 1 / 2):
-unprotected, l2 0: 0.761 / 0.768, l2 2: 0.756 / 0.769; Laplace eps 1 (noisy-label
-logistic regression 0.695 on the same draws): l2 0: 0.657 / 0.652, 2: 0.666 /
-0.671, 5: 0.664 / 0.674, 20: 0.663 / 0.668.
+(``1/eta = 1/wide-lr`` at the start).
 
-Measured, in-process, 5000 generated Criteo rows (about 3600 trained on),
-``dlrm``, 8 epochs, batch 256, noise seed 0; test AUC of the best epoch:
-unprotected, ``wide`` with Adam (lr 3e-3) 0.768 at epoch 1, then 0.68 by
-epoch 3; ``ftrl`` (wide-lr 5) 0.768 at epoch 2, then 0.70; ``ftrl`` with lr
-1e-3 0.775 at epoch 5 and 0.774 at epoch 8 (3e-4: 0.774), as logistic
-regression on the same one-hot features (0.770 at the C chosen on the training
-rows, 0.774 at C = 0.1). Laplace eps 1: 0.652 (Adam) against 0.692-0.694
-(``ftrl``, lr 1e-3, any of wide-lr 1 or 5, wide-l2 0 or 1), flat from epoch 4
-on; logistic regression on the same noisy labels 0.726.
+The measurements behind these defaults are in ``docs/benchmarks.md``
+("wide = auto").
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from tpsl_flwr.data import FILE_DATASETS
 from tpsl_flwr.errors import ConfigError
@@ -52,14 +41,12 @@ from tpsl_flwr.experiments.config_fields import WIDE_MODES, WIDE_OPTIMIZERS
 from tpsl_flwr.parties.ftrl import ftrl
 from tpsl_flwr.parties.optim import OptimizerFactory
 
-if TYPE_CHECKING:
-    from tpsl_flwr.experiments.config import ExperimentConfig
-
 __all__ = [
     "WIDE_AUTO_MAX_ROWS",
     "WIDE_BETA",
     "WIDE_MODES",
     "WIDE_OPTIMIZERS",
+    "WideFields",
     "check_wide",
     "has_wide",
     "resolve_wide",
@@ -69,22 +56,50 @@ __all__ = [
 
 WIDE_AUTO_MAX_ROWS = 50_000
 """``wide = "auto"``: the most training rows of a Criteo/Avazu file that get
-the FTRL wide part: where it was measured to win. Generated Criteo files
-(``bench/utility.py``, seed 0, noise seed 0, 2 epochs, test AUC of the chosen
-epoch, wide part off / on; the last epoch in brackets):
-
-* 5000 rows (~4000 training rows): unprotected 0.758 / 0.769; Laplace eps 1
-  0.663 / 0.690 and, under other noise draws, 0.672 / 0.697 (0.622 / 0.693)
-  and 0.649 / 0.646 (0.584 / 0.664).
-* 50,000 rows (~40,000 training rows): unprotected 0.794 / 0.792 (0.734 /
-  0.792); Laplace eps 1 0.739 / 0.757 (0.589 / 0.757).
-* 200,000 rows (~160,000 training rows): unprotected 0.809 / 0.810 (0.766 /
-  0.808); Laplace eps 1 0.777 / 0.776 (0.663 / 0.757): a tie, so larger files
-  keep the deep part alone.
+the FTRL wide part: where it was measured to win (``docs/benchmarks.md``,
+"wide = auto"; at 160,000 training rows a tie, so larger files keep the deep
+part alone).
 """
 WIDE_BETA = 1.0
 """FTRL's ``beta`` (McMahan et al.'s default 1): the per-coordinate rate starts
 at ``wide-lr / beta`` and falls as ``wide-lr / (beta + sqrt(sum g^2))``."""
+
+
+class WideFields(Protocol):
+    """The run-config fields the wide part reads; an ``ExperimentConfig`` has them.
+
+    A protocol rather than the config class itself: the config's module
+    (:mod:`~tpsl_flwr.experiments.config`) imports this one to check its keys.
+    """
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def dataset(self) -> str:
+        """``dataset``."""
+
+    @property
+    def wide(self) -> str | bool:
+        """``wide``."""
+
+    @property
+    def wide_optimizer(self) -> str:
+        """``wide-optimizer``."""
+
+    @property
+    def wide_lr(self) -> float:
+        """``wide-lr``."""
+
+    @property
+    def wide_l1(self) -> float:
+        """``wide-l1``."""
+
+    @property
+    def wide_l2(self) -> float:
+        """``wide-l2``."""
+
+
+C = TypeVar("C", bound=WideFields)
 
 _SPELLINGS = {"auto": "auto", "on": "on", "off": "off", "true": "on", "false": "off"}
 
@@ -111,7 +126,7 @@ def wide_mode(value: Any) -> str:
     )
 
 
-def resolve_wide(cfg: ExperimentConfig, train_rows: int | None) -> ExperimentConfig:
+def resolve_wide(cfg: C, train_rows: int | None) -> C:
     """``cfg`` with ``wide`` as ``on``/``off`` and ``wide-optimizer`` as adam/ftrl.
 
     The one rule, applied alike by the label party (to its label count) and by
@@ -125,7 +140,7 @@ def resolve_wide(cfg: ExperimentConfig, train_rows: int | None) -> ExperimentCon
     Parameters
     ----------
     cfg : ExperimentConfig
-        The run config.
+        The run config (any :class:`WideFields`).
     train_rows : int or None
         Rows of the training split (public: derived from the run config, not
         from labels); ``None`` where they are not known, which only
@@ -149,7 +164,7 @@ def resolve_wide(cfg: ExperimentConfig, train_rows: int | None) -> ExperimentCon
     return dataclasses.replace(cfg, wide=wide, wide_optimizer=optimizer)
 
 
-def _resolved(cfg: ExperimentConfig, train_rows: int | None) -> tuple[str, str]:
+def _resolved(cfg: WideFields, train_rows: int | None) -> tuple[str, str]:
     """``(wide, wide-optimizer)`` of :func:`resolve_wide`."""
     wide = wide_mode(cfg.wide)
     if wide != "auto":
@@ -169,7 +184,7 @@ def _resolved(cfg: ExperimentConfig, train_rows: int | None) -> tuple[str, str]:
     return ("on" if on else "off"), optimizer
 
 
-def has_wide(cfg: ExperimentConfig) -> bool:
+def has_wide(cfg: WideFields) -> bool:
     """Whether the split model of ``cfg`` has a wide part.
 
     ``cfg`` must be resolved (:func:`resolve_wide`) where ``auto`` depends on
@@ -178,7 +193,7 @@ def has_wide(cfg: ExperimentConfig) -> bool:
     return _resolved(cfg, None)[0] == "on"
 
 
-def check_wide(cfg: ExperimentConfig) -> None:
+def check_wide(cfg: WideFields) -> None:
     """wide, wide-optimizer, wide-lr, wide-l1 and wide-l2.
 
     ``wide`` is already canonical (:func:`wide_mode`, in ``__post_init__``).
@@ -213,7 +228,7 @@ def check_wide(cfg: ExperimentConfig) -> None:
         )
 
 
-def wide_optimizer(cfg: ExperimentConfig) -> OptimizerFactory | None:
+def wide_optimizer(cfg: WideFields) -> OptimizerFactory | None:
     """The wide part's own optimizer factory; None: the run's Adam(W) takes it.
 
     ``cfg`` resolved as for :func:`has_wide`.

@@ -1,8 +1,9 @@
 """P_L, the label party, as plain torch: labels, top model, mechanism, noise key.
 
-Given the non-label parties' embeddings of a batch, it runs GradPerturb, updates
-the top model ``h`` with the *perturbed* signal and returns the perturbed cut-layer
-gradient, the only label-derived thing that leaves it (Yang et al., Alg. 3, Sec. 4.2).
+Given the non-label parties' embeddings for a batch of sample ids, it runs
+GradPerturb, updates the top model ``h`` with the *perturbed* signal and returns
+the perturbed cut-layer gradient: the only label-derived thing that ever
+leaves it (Yang et al., Algorithm 3 and Section 4.2).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from tpsl_flwr.compact_ints import label_dtype
+from tpsl_flwr._util.checks import check_labels, check_placement, check_sample_ids
+from tpsl_flwr._util.compact_ints import label_dtype
+from tpsl_flwr._util.finite import all_finite
 from tpsl_flwr.errors import ConfigError, PrivacyError
-from tpsl_flwr.finite import all_finite
-from tpsl_flwr.noise_binding import check_bound
 from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import OptimizerFactory, adam
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
@@ -43,7 +44,7 @@ from tpsl_flwr.privacy.posterior import (
     prior_from_mean,
     unbiased_coefficients,
 )
-from tpsl_flwr.validation import check_labels, check_placement, check_sample_ids
+from tpsl_flwr.release.binding import check_bound
 
 _STREAMS_PER_EPOCH = 4
 MODEL_PRIOR_CLIP = 1e-6
@@ -90,7 +91,7 @@ class LabelParty:
         logit for two classes, else ``k``).
     labels
         Training labels indexed by sample id (``labels[i]`` is sample ``i``'s),
-        held as :func:`~tpsl_flwr.compact_ints.label_dtype`.
+        held as :func:`~tpsl_flwr._util.compact_ints.label_dtype`.
     mechanism
         The GradPerturb mechanism (its ``num_classes`` must fit ``labels``).
     key
@@ -290,7 +291,7 @@ class LabelParty:
     def hold_out(self, ids: np.ndarray) -> None:
         """Never train on ``ids``, nor estimate anything from their noisy labels.
 
-        For validation (:mod:`~tpsl_flwr.strategies.selection`): a held-out
+        For validation (:mod:`~tpsl_flwr.validation.best_epoch`): a held-out
         label is released once, for the stopping decision. The frequency prior
         is then estimated from the trained ids only, so that with fresh noise
         per epoch (``reuse_noise=False``) no held-out label is released again
@@ -407,7 +408,7 @@ class LabelParty:
         """Everything needed to resume but the key, which is named by fingerprint.
 
         The key itself is kept apart, in the label party's key file
-        (:class:`~tpsl_flwr.label_store.LabelStore`).
+        (:class:`~tpsl_flwr.release.store.LabelStore`).
         """
         return {
             "top": self.top.state_dict(),

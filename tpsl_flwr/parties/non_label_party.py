@@ -13,11 +13,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from tpsl_flwr._util.checks import check_sample_ids
+from tpsl_flwr._util.finite import all_finite
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.finite import all_finite
 from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import OptimizerFactory, adam, set_lr_scale
-from tpsl_flwr.validation import check_sample_ids
 
 EMBED_CHUNK_ROWS = 1 << 13
 """Rows per forward pass of an embedding without gradient (evaluation)."""

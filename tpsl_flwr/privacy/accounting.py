@@ -26,10 +26,10 @@ from typing import Any
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 
+from tpsl_flwr._util.checks import check_int, check_placement
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.closed_forms import auc_bound
 from tpsl_flwr.privacy.mechanisms import Mechanism
-from tpsl_flwr.validation import check_int, check_placement
 
 NO_OP_AUC = 0.99
 """Above this attack-AUC ceiling the protection is reported as a near no-op."""

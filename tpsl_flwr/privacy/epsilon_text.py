@@ -2,7 +2,7 @@
 
 A run's pure epsilon is a number, ``inf`` without protection, or absent for
 the Gaussian baseline, which has no pure guarantee but an ``(eps, delta)``
-one. A label set's total (:class:`~tpsl_flwr.ledger.LedgerTotal`) is the
+one. A label set's total (:class:`~tpsl_flwr.release.ledger.LedgerTotal`) is the
 pure sum beside dp-accounting's ``(eps, delta)``. Every summary, log line,
 report and table states them through these functions, so that ``None``
 never stands for "unbounded" and a Gaussian total never reads as empty.

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from tpsl_flwr._util.checks import check_sample_ids
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.validation import check_sample_ids
 
 LOGGER = logging.getLogger(__name__)
 

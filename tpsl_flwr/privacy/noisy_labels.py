@@ -1,9 +1,9 @@
 """Sampling GradPerturb noise: labels in, noisy coefficient vectors out.
 
-All mechanisms but the Gaussian baseline are label randomizers: they map the
-label ``y`` to a coefficient vector ``c`` over the ``k`` classes and
-GradPerturb outputs ``sum_j c_j g_j`` (see :mod:`tpsl_flwr.privacy.mechanisms`).
-Because the whole transcript is then a function of ``c`` alone, reusing one
+Each mechanism's sampler returns its labels' coefficient vectors ``c`` as
+:class:`~tpsl_flwr.privacy.mechanisms.base.NoisyLabels`; this module draws them
+with the label party's key. Because the whole transcript is a function of ``c``
+alone (all mechanisms but the Gaussian baseline), reusing one
 ``c`` per sample across epochs keeps the run ``(epsilon, 0)``-DP (Yang et al.,
 Section 6). The draws come from :class:`~tpsl_flwr.privacy.keyed_noise.NoiseKey`, so
 "reuse" needs no storage.
@@ -38,10 +38,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpsl_flwr._util.checks import check_labels, check_sample_ids
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
-from tpsl_flwr.privacy.label_noise import NoisyLabels, one_hot
 from tpsl_flwr.privacy.mechanisms import LAPLACE_GRID, Mechanism
-from tpsl_flwr.validation import check_labels, check_sample_ids
+from tpsl_flwr.privacy.mechanisms.base import NoisyLabels, one_hot
 
 __all__ = [
     "LAPLACE_GRID",

@@ -25,8 +25,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from tpsl_flwr._util.finite import all_finite
 from tpsl_flwr.errors import PrivacyError
-from tpsl_flwr.finite import all_finite
 from tpsl_flwr.privacy.noisy_labels import NoisyLabels
 
 

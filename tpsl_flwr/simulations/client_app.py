@@ -20,7 +20,7 @@ Flower and this package's light modules. Each message then goes:
   a deployment without workers behave exactly as they did.
 
 A node's process parses only its own feature columns and ids, never a label;
-the handlers and the protocol are :mod:`tpsl_flwr.wire.client_app`.
+the handlers and the protocol are :mod:`tpsl_flwr.wire.node_side`.
 """
 
 from __future__ import annotations
@@ -31,33 +31,12 @@ from typing import Any
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from tpsl_flwr.wire.protocol import parse_bool
+from tpsl_flwr.simulations.party_actor import (
+    PARTY_ACTORS,
+    ask_party_actor,
+    party_actors_on,
+)
 from tpsl_flwr.wire.worker_link import WORKER_SOCKET, ask_worker
-
-PARTY_ACTORS = "party-actors"
-"""Run-config key (:mod:`tpsl_flwr.simulations.party_actor`); no ray import here."""
-
-
-def party_actors_on(run_config: Any) -> bool:
-    """``party-actors`` read as the label party's config reads a bool.
-
-    By :func:`~tpsl_flwr.wire.protocol.parse_bool`, the label party's rule, so
-    a node never takes the default path for a value the label party read as
-    ``true``.
-
-    Examples
-    --------
-    >>> [party_actors_on({"party-actors": v}) for v in (True, "TRUE", 1, "0", False)]
-    [True, True, True, False, False]
-    >>> party_actors_on({})
-    False
-    """
-    raw = run_config.get(PARTY_ACTORS, False)
-    try:
-        return parse_bool(raw)
-    except ValueError:
-        raise ValueError(f"{PARTY_ACTORS} must be a boolean, got {raw!r}") from None
-
 
 __all__ = ["PARTY_ACTORS", "ForwardingClientApp", "app", "party_actors_on"]
 
@@ -92,8 +71,6 @@ class ForwardingClientApp(ClientApp):
         if path:
             content = ask_worker(str(path), message, context)
         elif party_actors_on(context.run_config):
-            from tpsl_flwr.simulations.party_actor import ask_party_actor
-
             content = ask_party_actor(message, context)
         else:
             return self.local_app()(message, context)

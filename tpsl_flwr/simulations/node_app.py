@@ -8,80 +8,19 @@ message to this app or to the worker.
 
 A node's process parses only its own feature columns and ids
 (:meth:`~tpsl_flwr.experiments.config.ExperimentConfig.load_party`), never a
-label; the handlers and the protocol are :mod:`tpsl_flwr.wire.client_app`.
+label; the party is built by :mod:`~tpsl_flwr.experiments.node_party`, the
+handlers and the protocol are :mod:`tpsl_flwr.wire.node_side`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from tpsl_flwr.experiments.node_party import (
+    builtin_checkpoint_dir,
+    builtin_party,
+    make_node_app,
+)
 
-from flwr.app import Context
-from flwr.clientapp import ClientApp
-
-from tpsl_flwr.errors import ProtocolError
-from tpsl_flwr.experiments.architecture import build_bottom
-from tpsl_flwr.experiments.config import ExperimentConfig
-from tpsl_flwr.experiments.training_settings import training_of
-from tpsl_flwr.experiments.wide_settings import resolve_wide, wide_optimizer
-from tpsl_flwr.parties import NonLabelParty, adam
-from tpsl_flwr.wire.client_app import PartyFactory, make_client_app, partition_of
-from tpsl_flwr.wire.recorder import record_if_configured
-
-
-def builtin_party(context: Context) -> NonLabelParty:
-    """A non-label party over its own columns of a built-in dataset.
-
-    The node's process parses only its own feature columns (and ids): no label
-    column is read, for any dataset (:func:`~tpsl_flwr.data.load_party_view`).
-    """
-    cfg = ExperimentConfig.from_run_config(context.run_config)
-    partition, parties = partition_of(context)
-    if parties != cfg.num_parties:
-        raise ProtocolError(
-            f"this node is partition {partition} of {parties}, but the run config "
-            f"has num-parties = {cfg.num_parties}"
-        )
-    view = cfg.load_party(partition)
-    train, test = view.train, view.test
-    # wide = auto resolved from the training rows: a public count, the label
-    # party's too, so both build the same split model.
-    cfg = resolve_wide(cfg, len(train))
-    bottom = build_bottom(cfg, train.numeric.shape[1], train.cardinalities, partition)
-    # lr = 0 resolved from the training rows: a public count, the label party's too.
-    training = training_of(cfg, len(train))
-    return NonLabelParty(
-        {
-            "train": (train.numeric, train.categorical),
-            "test": (test.numeric, test.categorical),
-        },
-        bottom,
-        adam(training.lr, cfg.weight_decay),
-        wide_optimizer=wide_optimizer(cfg),
-    )
-
-
-def builtin_checkpoint_dir(context: Context) -> Path | None:
-    """``out-dir/checkpoints`` when the run config has ``checkpoint = true``.
-
-    ``out-dir`` is taken as the run config states it (a relative one is
-    relative to the node process's working directory, as for the label party).
-    """
-    cfg = ExperimentConfig.from_run_config(context.run_config)
-    return Path(cfg.out_dir) / "checkpoints" if cfg.checkpoint else None
-
-
-def make_node_app(factory: PartyFactory = builtin_party) -> ClientApp:
-    """The node's ClientApp over ``factory``: the one assembly of handlers and mods.
-
-    The party worker builds its app here too (with a factory that hands out
-    the party it built before the first message), so both run the same code.
-    """
-    return make_client_app(
-        factory,
-        mods=[record_if_configured],
-        checkpoint_dir=builtin_checkpoint_dir,
-    )
-
+__all__ = ["app", "builtin_checkpoint_dir", "builtin_party", "make_node_app"]
 
 app = make_node_app()
 """The node's torch ClientApp; ``transcript-dir`` in the run config records it."""

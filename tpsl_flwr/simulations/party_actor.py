@@ -48,11 +48,43 @@ from flwr.proto.recorddict_pb2 import (  # pylint: disable=E0611
 )
 
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.simulations.client_app import PARTY_ACTORS
 from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.protocol import parse_bool
 from tpsl_flwr.wire.worker_link import WorkerError
 
-__all__ = ["PARTY_ACTORS", "STATE_KEY", "PartyActor", "actor_name", "ask_party_actor"]
+__all__ = [
+    "PARTY_ACTORS",
+    "STATE_KEY",
+    "PartyActor",
+    "actor_name",
+    "ask_party_actor",
+    "party_actors_on",
+]
+
+PARTY_ACTORS = "party-actors"
+"""Run-config key: each node's party in one Ray actor (ray imported on use)."""
+
+
+def party_actors_on(run_config: Any) -> bool:
+    """``party-actors`` read as the label party's config reads a bool.
+
+    By :func:`~tpsl_flwr.wire.protocol.parse_bool`, the label party's rule, so
+    a node never takes the default path for a value the label party read as
+    ``true``.
+
+    Examples
+    --------
+    >>> [party_actors_on({"party-actors": v}) for v in (True, "TRUE", 1, "0", False)]
+    [True, True, True, False, False]
+    >>> party_actors_on({})
+    False
+    """
+    raw = run_config.get(PARTY_ACTORS, False)
+    try:
+        return parse_bool(raw)
+    except ValueError:
+        raise ValueError(f"{PARTY_ACTORS} must be a boolean, got {raw!r}") from None
+
 
 STATE_KEY = "tpsl.party-actor"
 """``context.state`` record: ``version``, the messages the node's actor answered."""

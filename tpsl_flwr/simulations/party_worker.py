@@ -13,7 +13,7 @@ header, truncated, above ``MAX_FRAME_BYTES``, undecodable) is logged in one
 line and the worker serves the next connection.
 
 Each message runs through the same ClientApp a node runs without a worker
-(:func:`tpsl_flwr.simulations.node_app.make_node_app`: the wire's
+(:func:`tpsl_flwr.experiments.node_party.make_node_app`: the wire's
 ``NonLabelHandlers``, the recorder mod, ``checkpoint_dir``), under a
 ``flwr.app.Context`` the worker keeps per run: the node's state lives here,
 not in the SuperNode. The worker calls one ClientApp object for every message,
@@ -34,10 +34,7 @@ it was received and answered (``worker <partition> <type> recv <t> sent <t>``,
 
 from __future__ import annotations
 
-import argparse
 import logging
-import signal
-import sys
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -47,9 +44,8 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.wire import protocol as P
-from tpsl_flwr.wire.worker_link import WorkerServer, socket_path
 
-__all__ = ["PartyWorker", "add_party_parser", "cmd_party", "worker_run_config"]
+__all__ = ["PartyWorker", "worker_run_config"]
 
 _LOG = logging.getLogger("tpsl_flwr.party_worker")
 _KEEP_RUNS = 4
@@ -193,69 +189,3 @@ def _warm_torch() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     model(torch.zeros(3, 4)).sum().backward()
     optimizer.step()
-
-
-def add_party_parser(subparsers: Any) -> None:
-    """Add the ``party`` subcommand to the CLI's subparsers."""
-    party = subparsers.add_parser(
-        "party",
-        help="serve one non-label node's messages from a long-lived worker",
-        description=__doc__.split("\n\n")[1],
-    )
-    party.add_argument("--partition-id", type=int, required=True)
-    party.add_argument("--num-partitions", type=int, required=True)
-    party.add_argument(
-        "--socket-dir",
-        type=Path,
-        required=True,
-        help="folder of the socket (mode 0700; created so if missing)",
-    )
-    party.add_argument(
-        "--app-dir",
-        type=Path,
-        default=None,
-        help="the Flower app folder whose [tool.flwr.app.config] the run uses",
-    )
-    party.add_argument(
-        "--run-config",
-        nargs="*",
-        default=None,
-        help='overrides as for `flwr run`: a TOML file or "key=value" pairs',
-    )
-    party.set_defaults(handler=cmd_party)
-
-
-def cmd_party(args: argparse.Namespace) -> int:
-    """``party``: build the node's party, then serve until SIGTERM/SIGINT."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout
-    )
-    folder = Path(args.socket_dir)
-    if not folder.exists():
-        folder.mkdir(mode=0o700, parents=True)
-    run_config = None
-    if args.app_dir is not None or args.run_config:
-        run_config = worker_run_config(args.app_dir, args.run_config)
-    started = time.perf_counter()
-    worker = PartyWorker(args.partition_id, args.num_partitions, run_config)
-    path = socket_path(folder, args.partition_id)
-    server = WorkerServer(path, worker.handle)
-
-    def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    _LOG.info(
-        "party worker %d of %d ready at %s (built in %.2f s)",
-        args.partition_id,
-        args.num_partitions,
-        path,
-        time.perf_counter() - started,
-    )
-    try:
-        while True:
-            server.serve_one()  # a refused or malformed request: one log line
-    except (SystemExit, KeyboardInterrupt):
-        return 0
-    finally:
-        server.close()

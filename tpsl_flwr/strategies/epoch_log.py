@@ -20,7 +20,7 @@ from tpsl_flwr.attacks.ceiling import BELOW, ceiling_text
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.accounting import PrivacySpent
 from tpsl_flwr.privacy.epsilon_text import epsilon_text, total_text
-from tpsl_flwr.release_record import LedgerView
+from tpsl_flwr.release.record import LedgerView
 
 __all__ = [
     "NOTHING_TO_DO",

@@ -1,228 +1,267 @@
-"""The label party's epoch: its steps, the evaluation query, the best-epoch decision.
+"""The label party's epochs in Flower: steps, evaluation query, best epoch.
 
-Functions over a :class:`~tpsl_flwr.strategies.TPSLStrategy`, which calls them
-from ``start``; they use only its Flower Strategy methods and public state.
+:class:`EpochLoop` owns the step state of the current epoch
+(:class:`~tpsl_flwr.strategies.step_state.StepState`), the transcript audit and
+the evaluation query; the strategy hands it the nodes and the grid with each
+call, and its own ``configure_train``/``aggregate_train`` (Flower's hooks, so a
+subclass that overrides them is still the one called) for the train round trips
+(:mod:`~tpsl_flwr.strategies.pipeline`).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
-import torch
-from flwr.app import ConfigRecord
+from flwr.app import Message, MetricRecord
 from flwr.serverapp import Grid
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
-from tpsl_flwr.errors import ConfigError, PrivacyError
-from tpsl_flwr.noise_binding import check_bound
+from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
-from tpsl_flwr.release_record import check_spend
-from tpsl_flwr.strategies.evaluation_query import evaluate, scale_setting
+from tpsl_flwr.strategies.evaluation_query import EvaluationQuery
 from tpsl_flwr.strategies.exchange import exchange
-from tpsl_flwr.strategies.pipeline import train_steps
+from tpsl_flwr.strategies.pipeline import Aggregate, Configure, train_steps
+from tpsl_flwr.strategies.step_state import StepState, scale_setting
+from tpsl_flwr.validation.holdout import Validation
 from tpsl_flwr.wire import protocol as P
-from tpsl_flwr.wire.label_side import check_replies, step_message
+from tpsl_flwr.wire.label_side import (
+    Node,
+    check_replies,
+    gather_embeddings,
+    step_message,
+)
 
-if TYPE_CHECKING:
-    from tpsl_flwr.label_store import Release
-    from tpsl_flwr.strategies.tpsl_strategy import TPSLStrategy
-
-__all__ = [
-    "StepState",
-    "check_release",
-    "refuse_configs",
-    "restore_release",
-    "save_checkpoint",
-    "scale_setting",
-    "schedule_step",
-    "select_epoch",
-    "send_to_all",
-    "train_epoch",
-]
+__all__ = ["EpochLoop"]
 
 
-def select_epoch(
-    strategy: TPSLStrategy, grid: Grid, epoch: int, score: float, timeout: float
-) -> None:
-    """Keep ``epoch`` if it is the best so far; the nodes keep and checkpoint."""
-    assert strategy.best is not None
-    settings: dict[str, int] = {}
-    if strategy.best.update(epoch, score, strategy.party):
-        settings[P.KEEP_BEST] = epoch
-    if strategy.store is not None:
-        settings[P.CHECKPOINT_EPOCH] = epoch
-    if settings:
-        send_to_all(strategy, grid, settings, timeout)
+class EpochLoop:
+    """The steps of each epoch, the evaluation query and the best-epoch decision.
 
-
-def send_to_all(
-    strategy: TPSLStrategy, grid: Grid, settings: dict[str, int], timeout: float
-) -> None:
-    """One query with ``settings`` (no ids, no gradients) to every node."""
-    config: dict[str, int | str] = {P.EPOCH: strategy._state.epoch, P.SPLIT: "test"}
-    config.update(settings)
-    messages = [
-        step_message(n, P.MSG_EMBED_TEST, config, [], []) for n in strategy.nodes
-    ]
-    replies = exchange(grid, messages, timeout, strategy.poll_interval)
-    check_replies(strategy.nodes, replies, [n.node_id for n in strategy.nodes])
-
-
-def train_epoch(
-    strategy: TPSLStrategy, grid: Grid, epoch: int, timeout: float
-) -> dict[str, Any]:
-    """One epoch of steps, then the evaluation query; the epoch's history entry.
-
-    The entry holds ``epoch`` (1-based), ``seconds``, ``samples``,
-    ``samples_per_second``, ``steps`` (the label party's optimizer steps in
-    this epoch), ``steps_cumulative`` (since the run began, resumed epochs
-    included), the evaluation's metrics and, with ``audit``, ``attack_auc``.
+    Parameters
+    ----------
+    party
+        The label party: labels, top model, mechanism, noise key.
+    validation
+        The run's held-out ids and best epoch
+        (:class:`~tpsl_flwr.validation.holdout.Validation`).
+    test_labels
+        Labels of the test ids; ``None``: no test metrics.
+    batch_size, steps_per_message, order_seed, lr_schedule, pipeline_depth,
+    wire_dtype, poll_interval, audit
+        As :class:`~tpsl_flwr.strategies.TPSLStrategy` takes them.
+    checkpoints
+        Whether the label party keeps a store: the nodes then checkpoint
+        with it every epoch.
     """
-    started = time.perf_counter()
-    steps_before = strategy.party.steps
-    strategy.begin_epoch(epoch)
-    if strategy.audit:
-        strategy._audit = TranscriptAudit([(n.offset, n.width) for n in strategy.nodes])
-    per_epoch = len(strategy._state.batches) + strategy.pipeline_depth
-    server_round = train_steps(strategy, grid, epoch * per_epoch, timeout)
-    # The nodes checkpoint with the label party, never without it (after
-    # the best-epoch decision, when there is one to keep), and with the
-    # evaluation query's last chunk, after every gradient is applied.
-    at_end = strategy.store is not None and strategy.best is None
-    checkpoint = {P.CHECKPOINT_EPOCH: epoch} if at_end else {}
-    metrics = evaluate(strategy, grid, server_round, checkpoint, timeout)
-    if strategy.best is not None and metrics is not None:
-        score = metrics["validation_loss"]
-        assert isinstance(score, float)
-        select_epoch(strategy, grid, epoch, score, timeout)
-    attacks = None
-    if strategy._audit is not None:
-        attacks = strategy._audit.epoch_report(strategy.privacy.auc_bound)
-    seconds = time.perf_counter() - started
-    training = seconds - (attacks["seconds"] if attacks else 0.0)
-    entry: dict[str, Any] = {
-        "epoch": epoch + 1,
-        "seconds": seconds,
-        "samples": strategy._state.samples,
-        "samples_per_second": strategy._state.samples / training,
-        "steps": strategy.party.steps - steps_before,
-        "steps_cumulative": strategy.party.steps,
-    }
-    entry.update(dict(metrics or {}))
-    if attacks is not None:
-        entry["attack_auc"] = attacks
-    return entry
 
+    def __init__(
+        self,
+        party: LabelParty,
+        validation: Validation,
+        test_labels: np.ndarray | None,
+        *,
+        batch_size: int,
+        steps_per_message: int,
+        order_seed: int,
+        lr_schedule: str,
+        pipeline_depth: int,
+        wire_dtype: str,
+        poll_interval: float,
+        audit: bool,
+        checkpoints: bool,
+    ) -> None:
+        self.party = party
+        self.validation = validation
+        self.batch_size = batch_size
+        self.steps_per_message = steps_per_message
+        self.order_seed = order_seed
+        self.lr_schedule = lr_schedule
+        self.pipeline_depth = pipeline_depth
+        self.wire_dtype = wire_dtype
+        self.poll_interval = poll_interval
+        self.audit_each_epoch = audit
+        self.checkpoints = checkpoints
+        self.state = StepState()
+        self.audit: TranscriptAudit | None = None
+        """This epoch's transcript audit (``audit`` on), else ``None``."""
+        self.released = False
+        """True once a perturbed gradient was made for the nodes."""
+        self.query = EvaluationQuery(
+            party,
+            validation,
+            test_labels,
+            wire_dtype=wire_dtype,
+            lr_schedule=lr_schedule,
+            poll_interval=poll_interval,
+        )
 
-def save_checkpoint(strategy: TPSLStrategy, epoch: int) -> None:
-    """With a store: save the label party's state (and best epoch) and history."""
-    if strategy.store is not None:
-        state = strategy.party.state_dict()
-        if strategy.best is not None:
-            state["best"] = strategy.best.state_dict()
-        strategy.store.save_checkpoint(epoch, strategy.history, state)
+    @property
+    def best(self) -> Any:
+        """The best epoch kept so far, or ``None`` when nothing is held out."""
+        return self.validation.best if self.validation.active else None
 
+    # ------------------------------------------------------------- one epoch
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """The epoch's batches (pool dtype), shuffled by ``(order_seed, epoch)``."""
+        rng = np.random.default_rng([self.order_seed, epoch])
+        pool = self.validation.pool
+        order = pool[rng.permutation(pool.size)]
+        return [
+            order[i : i + self.batch_size]
+            for i in range(0, order.size, self.batch_size)
+        ]
 
-def refuse_configs(**given: ConfigRecord | None) -> None:
-    """Refuse non-empty configs ``start`` was given: it sends only its own keys."""
-    for name, config in given.items():
-        if config:
-            raise ConfigError(
-                f"TPSLStrategy.start does not send {name} ({sorted(config)}): "
-                "only the protocol's keys may leave the label party"
+    def begin_epoch(self, epoch: int, epochs: int) -> None:
+        """Start ``epoch`` of ``epochs``: its label-independent batches, none due."""
+        total = epochs * -(-self.validation.pool.size // self.batch_size)
+        self.state = StepState(
+            epoch=epoch, batches=self.epoch_batches(epoch), total_steps=total
+        )
+
+    def train_messages(self, nodes: list[Node], server_round: int) -> list[Message]:
+        """Messages carrying the pending perturbed gradients and the next ids."""
+        state = self.state
+        upto = state.cursor + self.steps_per_message  # ids go out as int64
+        state.in_flight = [
+            b.astype(np.int64) for b in state.batches[state.cursor : upto]
+        ]
+        state.cursor += len(state.in_flight)
+        settings = {P.EPOCH: state.epoch, P.ROUND: server_round, P.SPLIT: "train"}
+        settings.update(scale_setting(state, self.lr_schedule))
+        messages = [
+            step_message(
+                n,
+                P.MSG_TRAIN,
+                settings,
+                state.in_flight,
+                state.pending,
+                self.wire_dtype,
             )
+            for n in nodes
+        ]
+        state.pending = []  # dispatched
+        return messages
 
+    def train_replies(
+        self, nodes: list[Node], replies: Iterable[Message]
+    ) -> MetricRecord:
+        """Run GradPerturb steps on the returned embeddings; stash the gradients."""
+        state = self.state
+        by_node = check_replies(nodes, replies, [n.node_id for n in nodes])
+        embeddings = gather_embeddings(nodes, by_node, state.in_flight)
+        for ids, emb in zip(state.in_flight, embeddings, strict=True):
+            self.schedule_step()
+            if self.audit is not None:
+                grad = self.audit.step(self.party, ids, emb, state.epoch)
+            else:
+                grad = self.party.train_step(ids, emb, epoch=state.epoch)
+            state.pending.append((ids, grad))
+            self.released = True
+            state.samples += ids.size
+        return MetricRecord({"samples": state.samples})
 
-def schedule_step(strategy: TPSLStrategy) -> None:
-    """Set the learning rate of the label party's next step (and remember it)."""
-    if strategy.lr_schedule == "constant":
-        return
-    total = strategy.epochs * -(-strategy.validation.pool.size // strategy.batch_size)
-    strategy._state.scale = lr_scale(strategy.lr_schedule, strategy.party.steps, total)
-    set_lr_scale(strategy.party.optimizer, strategy._state.scale)
+    def schedule_step(self) -> None:
+        """Set the learning rate of the label party's next step (and remember it)."""
+        if self.lr_schedule == "constant":
+            return
+        state = self.state
+        state.scale = lr_scale(self.lr_schedule, self.party.steps, state.total_steps)
+        set_lr_scale(self.party.optimizer, state.scale)
 
+    def run_epoch(
+        self,
+        grid: Grid,
+        nodes: list[Node],
+        epoch: int,
+        timeout: float,
+        *,
+        epochs: int,
+        auc_bound: float | None,
+        configure: Configure,
+        aggregate: Aggregate,
+    ) -> dict[str, Any]:
+        """One epoch of steps, then the evaluation query; the epoch's history entry.
 
-@dataclass
-class StepState:
-    """Where the strategy is in the current epoch (label-independent ids only)."""
-
-    epoch: int = 0
-    batches: list[np.ndarray] = field(default_factory=list)
-    cursor: int = 0
-    in_flight: list[np.ndarray] = field(default_factory=list)
-    pending: list[tuple[np.ndarray, torch.Tensor]] = field(default_factory=list)
-    samples: int = 0
-    scale: float = 1.0
-
-
-def check_release(strategy: TPSLStrategy, release: Release) -> None:
-    """Refuse a strategy that would train otherwise than its release says.
-
-    Before any step (the constructor, and ``start`` again after its
-    ``num_rounds``): the release's key is the label party's, the party
-    states the release's mechanism, parameter, placement and noise reuse
-    (:func:`~tpsl_flwr.noise_binding.check_bound`), the strategy spends no
-    more releases per label than the ledger recorded, and holds out the
-    validation ids the release was bound to.
-
-    Raises
-    ------
-    PrivacyError
-        Naming what differs.
-    """
-    party = strategy.party
-    if release.key != party.key:
-        raise PrivacyError(
-            f"the release's key ({release.key.fingerprint}) is not the label "
-            f"party's ({party.key.fingerprint})"
+        ``configure`` and ``aggregate`` are the strategy's ``configure_train``
+        and ``aggregate_train``; ``auc_bound`` is the run's attack ceiling
+        (for the audit). The entry holds ``epoch`` (1-based), ``seconds``,
+        ``samples``, ``samples_per_second``, ``steps`` (the label party's
+        optimizer steps in this epoch), ``steps_cumulative`` (since the run
+        began, resumed epochs included), the evaluation's metrics and, with
+        ``audit``, ``attack_auc``.
+        """
+        started = time.perf_counter()
+        steps_before = self.party.steps
+        self.begin_epoch(epoch, epochs)
+        if self.audit_each_epoch:
+            self.audit = TranscriptAudit([(n.offset, n.width) for n in nodes])
+        per_epoch = len(self.state.batches) + self.pipeline_depth
+        server_round = train_steps(
+            self.state,
+            grid,
+            epoch * per_epoch,
+            timeout,
+            depth=self.pipeline_depth,
+            poll_interval=self.poll_interval,
+            epochs=epochs,
+            configure=configure,
+            aggregate=aggregate,
         )
-    check_bound(
-        party.key,
-        release.binding,
-        mechanism=party.mechanism,
-        placement=party.placement,
-        reuse_noise=party.reuse_noise,
-        user="TPSLStrategy",
-    )
-    check_spend(release.ledger, strategy.privacy)
-    opened = release.privacy
-    if opened is not None and strategy.privacy.releases > opened.releases:
-        raise PrivacyError(
-            f"TPSLStrategy spends {strategy.privacy.releases} release(s) per label "
-            f"({strategy.epochs} epochs) but its release was opened for "
-            f"{opened.releases} ({opened.epochs} epochs): state the release's epochs"
+        # The nodes checkpoint with the label party, never without it (after
+        # the best-epoch decision, when there is one to keep), and with the
+        # evaluation query's last chunk, after every gradient is applied.
+        best = self.best
+        at_end = self.checkpoints and best is None
+        checkpoint = {P.CHECKPOINT_EPOCH: epoch} if at_end else {}
+        metrics = self.query.run(
+            self.state, grid, nodes, server_round, checkpoint, timeout
         )
-    bound = None if release.binding is None else release.binding.settings
-    held_out = strategy.validation.fraction
-    if (
-        bound is not None
-        and "validation-fraction" in bound
-        and (float(bound["validation-fraction"]) != held_out)
-    ):
-        raise PrivacyError(
-            f"TPSLStrategy holds out validation-fraction {held_out} but its "
-            f"release was bound to {bound['validation-fraction']}: ids whose "
-            "noisy labels were released for validation would be trained on (or "
-            "the reverse); state the release's value"
-        )
+        if best is not None and metrics is not None:
+            score = metrics["validation_loss"]
+            assert isinstance(score, float)
+            self.select_epoch(grid, nodes, epoch, score, timeout)
+        attacks = None
+        if self.audit is not None:
+            attacks = self.audit.epoch_report(auc_bound)
+        seconds = time.perf_counter() - started
+        training = seconds - (attacks["seconds"] if attacks else 0.0)
+        entry: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "seconds": seconds,
+            "samples": self.state.samples,
+            "samples_per_second": self.state.samples / training,
+            "steps": self.party.steps - steps_before,
+            "steps_cumulative": self.party.steps,
+        }
+        entry.update(dict(metrics or {}))
+        if attacks is not None:
+            entry["attack_auc"] = attacks
+        return entry
 
+    # ------------------------------------------------------- the best epoch
+    def select_epoch(
+        self, grid: Grid, nodes: list[Node], epoch: int, score: float, timeout: float
+    ) -> None:
+        """Keep ``epoch`` if it is the best so far; the nodes keep and checkpoint."""
+        best = self.best
+        assert best is not None
+        settings: dict[str, int] = {}
+        if best.update(epoch, score, self.party):
+            settings[P.KEEP_BEST] = epoch
+        if self.checkpoints:
+            settings[P.CHECKPOINT_EPOCH] = epoch
+        if settings:
+            self.send_to_all(grid, nodes, settings, timeout)
 
-def restore_release(strategy: TPSLStrategy, release: Release) -> None:
-    """Check the strategy against its release; continue from its saved state.
-
-    Raises
-    ------
-    PrivacyError
-        As :func:`check_release`; nothing is sent then.
-    """
-    check_release(strategy, release)
-    party = strategy.party
-    if release.party_state is not None:
-        party.load_state_dict(release.party_state)
-        strategy.start_epoch = release.start_epoch
-        strategy.history = list(release.history)
-        if strategy.best is not None and "best" in release.party_state:
-            strategy.best.load_state_dict(release.party_state["best"])
+    def send_to_all(
+        self, grid: Grid, nodes: list[Node], settings: dict[str, int], timeout: float
+    ) -> None:
+        """One query with ``settings`` (no ids, no gradients) to every node."""
+        config: dict[str, int | str] = {P.EPOCH: self.state.epoch, P.SPLIT: "test"}
+        config.update(settings)
+        messages = [step_message(n, P.MSG_EMBED_TEST, config, [], []) for n in nodes]
+        replies = exchange(grid, messages, timeout, self.poll_interval)
+        check_replies(nodes, replies, [n.node_id for n in nodes])

@@ -5,7 +5,7 @@ validation ids and the test ids and computes, by itself, the test metrics and
 the validation score (nothing derived from labels leaves it). Asking for all of
 them in one message held ``n_val + n_test`` rows of cut-layer embeddings, plus
 their decoded copies, at once (issue 22: memory must not grow with the rows).
-:func:`evaluate` instead sends the ids in messages of at most
+:meth:`EvaluationQuery.run` instead sends the ids in messages of at most
 :data:`EVAL_CHUNK_ROWS` rows, one after another, and an
 :class:`EvaluationAccumulator` keeps only what the metrics need: the test
 probabilities ``(n_test, k)`` and the validation per-class losses
@@ -24,49 +24,41 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from flwr.app import Message, MetricRecord
 from flwr.serverapp import Grid
 
-from tpsl_flwr.engines.allocator import trim_heap
-from tpsl_flwr.evaluation import classification_metrics
+from tpsl_flwr._util.allocator import trim_heap
+from tpsl_flwr.metrics.evaluation import classification_metrics
+from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.parties.label_party import PREDICT_CHUNK_ROWS
 from tpsl_flwr.strategies.exchange import exchange
-from tpsl_flwr.strategies.selection import validation_class_losses
+from tpsl_flwr.strategies.step_state import StepState, scale_setting
+from tpsl_flwr.validation.holdout import Validation
+from tpsl_flwr.validation.scores import validation_class_losses
 from tpsl_flwr.wire import protocol as P
-from tpsl_flwr.wire.label_side import check_replies, gather_embeddings, step_message
-
-if TYPE_CHECKING:
-    from tpsl_flwr.strategies.tpsl_strategy import TPSLStrategy
+from tpsl_flwr.wire.label_side import (
+    Node,
+    check_replies,
+    gather_embeddings,
+    step_message,
+)
 
 __all__ = [
     "EVAL_CHUNK_ROWS",
     "EvaluationAccumulator",
-    "absorb_replies",
-    "evaluate",
+    "EvaluationQuery",
     "query_chunks",
-    "query_messages",
     "release_chunk",
-    "scale_setting",
 ]
 
 EVAL_CHUNK_ROWS = 1 << 16
 """Most ids one evaluation query message asks each node to embed."""
 
 Chunk = tuple[list[np.ndarray], list[str]]
-
-
-def scale_setting(strategy: TPSLStrategy) -> dict[str, str]:
-    """The ``lr-scale`` of the pending gradients (nothing for a constant lr).
-
-    Train messages and the evaluation query's first message carry it.
-    """
-    if strategy.lr_schedule == "constant" or not strategy._state.pending:
-        return {}
-    return {P.LR_SCALE: repr(strategy._state.scale)}
 
 
 def query_chunks(ids: list[np.ndarray], splits: list[str], rows: int) -> list[Chunk]:
@@ -101,39 +93,35 @@ def query_chunks(ids: list[np.ndarray], splits: list[str], rows: int) -> list[Ch
     return chunks
 
 
-def query_messages(
-    strategy: TPSLStrategy,
-    server_round: int,
-    config: dict[str, Any],
-    ids: list[np.ndarray],
-    splits: list[str],
-) -> list[Message]:
-    """One query per node for ``ids``; it carries the pending gradients, if any."""
-    settings = {P.EPOCH: strategy._state.epoch, P.ROUND: server_round, P.SPLIT: "test"}
-    settings.update(config)
-    settings.update(scale_setting(strategy))
-    if strategy.best is not None:
-        settings[P.SPLITS] = ",".join(splits)
-    pending = strategy._state.pending
-    return [
-        step_message(n, P.MSG_EMBED_TEST, settings, ids, pending, strategy.wire_dtype)
-        for n in strategy.nodes
-    ]
-
-
 class EvaluationAccumulator:
     """The test probabilities and validation losses of one evaluation, by chunks.
 
     Embeddings of a split are fed in order (:meth:`add`); the top model runs on
     blocks of exactly :data:`PREDICT_CHUNK_ROWS` rows of the split (the last
     one shorter), the blocks ``LabelParty.predict`` and
-    :func:`~tpsl_flwr.strategies.selection.validation_class_losses` use on a
+    :func:`~tpsl_flwr.validation.scores.validation_class_losses` use on a
     whole split, so the results do not depend on how the rows were chunked.
     At most ``PREDICT_CHUNK_ROWS`` + one chunk of embeddings is held.
+
+    Parameters
+    ----------
+    party
+        The label party (its top model predicts).
+    test_labels
+        The test labels; ``None``: no test metrics.
+    validation
+        The run's held-out ids, which score the ``train`` split; ``None``: none.
     """
 
-    def __init__(self, strategy: TPSLStrategy) -> None:
-        self.strategy = strategy
+    def __init__(
+        self,
+        party: LabelParty,
+        test_labels: np.ndarray | None,
+        validation: Validation | None = None,
+    ) -> None:
+        self.party = party
+        self.test_labels = test_labels
+        self.validation = validation
         self._waiting: dict[str, list[torch.Tensor]] = {"train": [], "test": []}
         self._outputs: dict[str, list[np.ndarray]] = {"train": [], "test": []}
 
@@ -153,11 +141,10 @@ class EvaluationAccumulator:
             waiting.append(whole[full:].clone())
 
     def _run(self, split: str, block: torch.Tensor) -> None:
-        party = self.strategy.party
         if split == "test":
-            self._outputs[split].append(party.predict(block))
+            self._outputs[split].append(self.party.predict(block))
         else:
-            self._outputs[split].append(validation_class_losses(party, block))
+            self._outputs[split].append(validation_class_losses(self.party, block))
 
     def _finish(self, split: str) -> np.ndarray | None:
         if self._waiting[split]:
@@ -172,66 +159,135 @@ class EvaluationAccumulator:
 
     def result(self) -> MetricRecord | None:
         """Test metrics and ``validation_loss`` (its per-id losses kept pending)."""
-        strategy = self.strategy
         metrics: dict[str, Any] = {}
         probs = self._finish("test")
-        if strategy.test_labels is not None and probs is not None:
-            metrics.update(classification_metrics(strategy.test_labels, probs))
+        if self.test_labels is not None and probs is not None:
+            metrics.update(classification_metrics(self.test_labels, probs))
         del probs
         class_losses = self._finish("train")
-        if class_losses is not None:
-            validation = strategy.validation
-            score = validation.score_class_losses(strategy.party, class_losses)
+        if class_losses is not None and self.validation is not None:
+            score = self.validation.score_class_losses(self.party, class_losses)
             metrics["validation_loss"] = score
         return MetricRecord(metrics) if metrics else None
 
 
-def absorb_replies(
-    accumulator: EvaluationAccumulator,
-    replies: Iterable[Message],
-    ids: list[np.ndarray],
-    splits: list[str],
-) -> None:
-    """Check one query's replies and feed their embeddings to ``accumulator``.
+class EvaluationQuery:
+    """The label party's evaluation query: its messages, replies and metrics.
 
-    The query carried the pending gradients, if any: they are dispatched.
+    Parameters
+    ----------
+    party
+        The label party.
+    validation
+        The run's held-out ids (possibly none).
+    test_labels
+        Labels of the test ids ``0..n_test-1``; ``None``: no test split.
+    wire_dtype, lr_schedule, poll_interval
+        The strategy's (:class:`~tpsl_flwr.strategies.TPSLStrategy`).
     """
-    strategy = accumulator.strategy
-    nodes = strategy.nodes
-    by_node = check_replies(nodes, replies, [n.node_id for n in nodes])
-    strategy._state.pending = []
-    for split, emb in zip(splits, gather_embeddings(nodes, by_node, ids), strict=True):
-        accumulator.add(split, emb)
 
+    def __init__(
+        self,
+        party: LabelParty,
+        validation: Validation,
+        test_labels: np.ndarray | None,
+        *,
+        wire_dtype: str,
+        lr_schedule: str,
+        poll_interval: float,
+    ) -> None:
+        self.party = party
+        self.validation = validation
+        self.test_labels = test_labels
+        self.wire_dtype = wire_dtype
+        self.lr_schedule = lr_schedule
+        self.poll_interval = poll_interval
 
-def evaluate(
-    strategy: TPSLStrategy,
-    grid: Grid,
-    server_round: int,
-    last_settings: dict[str, Any],
-    timeout: float,
-) -> MetricRecord | None:
-    """The epoch's evaluation query, in chunks of ``<= EVAL_CHUNK_ROWS`` ids.
+    @property
+    def num_test(self) -> int:
+        """Test ids the nodes embed (``0..num_test-1``)."""
+        return 0 if self.test_labels is None else int(self.test_labels.size)
 
-    ``last_settings`` (the checkpoint epoch) go with the last message only.
-    Each chunk's messages and replies are released once absorbed, so at most
-    one chunk's embeddings (and the accumulator's waiting rows) are alive.
-    """
-    ids, splits = strategy.validation.query(strategy._num_test)
-    chunks = query_chunks(ids, splits, EVAL_CHUNK_ROWS)
-    accumulator = EvaluationAccumulator(strategy)
-    for i, (batches, names) in enumerate(chunks):
-        config = last_settings if i == len(chunks) - 1 else {}
-        messages = query_messages(strategy, server_round, config, batches, names)
-        replies = exchange(grid, messages, timeout, strategy.poll_interval)
-        del messages  # the chunk's ids and gradients: sent
-        absorb_replies(accumulator, replies, batches, names)
-        # The chunk's embeddings go before the next chunk's arrive, not after
-        # (after the last one nothing arrives: a one-chunk query skips the ~0.2 s).
-        del replies
-        if i < len(chunks) - 1:
-            release_chunk()
-    return accumulator.result()
+    def ids(self) -> tuple[list[np.ndarray], list[str]]:
+        """The ids the query embeds (validation, then test), and their splits."""
+        return self.validation.query(self.num_test)
+
+    def accumulator(self) -> EvaluationAccumulator:
+        """A fresh accumulator of this query's metrics."""
+        return EvaluationAccumulator(self.party, self.test_labels, self.validation)
+
+    def messages(
+        self,
+        state: StepState,
+        nodes: list[Node],
+        server_round: int,
+        config: dict[str, Any],
+        ids: list[np.ndarray],
+        splits: list[str],
+    ) -> list[Message]:
+        """One query per node for ``ids``; it carries the pending gradients."""
+        settings = {P.EPOCH: state.epoch, P.ROUND: server_round, P.SPLIT: "test"}
+        settings.update(config)
+        settings.update(scale_setting(state, self.lr_schedule))
+        if self.validation.active:
+            settings[P.SPLITS] = ",".join(splits)
+        return [
+            step_message(
+                n, P.MSG_EMBED_TEST, settings, ids, state.pending, self.wire_dtype
+            )
+            for n in nodes
+        ]
+
+    def absorb(
+        self,
+        state: StepState,
+        accumulator: EvaluationAccumulator,
+        nodes: list[Node],
+        replies: Iterable[Message],
+        ids: list[np.ndarray],
+        splits: list[str],
+    ) -> None:
+        """Check one query's replies and feed their embeddings to ``accumulator``.
+
+        The query carried the pending gradients, if any: they are dispatched.
+        """
+        by_node = check_replies(nodes, replies, [n.node_id for n in nodes])
+        state.pending = []
+        embeddings = gather_embeddings(nodes, by_node, ids)
+        for split, emb in zip(splits, embeddings, strict=True):
+            accumulator.add(split, emb)
+
+    def run(
+        self,
+        state: StepState,
+        grid: Grid,
+        nodes: list[Node],
+        server_round: int,
+        last_settings: dict[str, Any],
+        timeout: float,
+    ) -> MetricRecord | None:
+        """The epoch's evaluation query, in chunks of ``<= EVAL_CHUNK_ROWS`` ids.
+
+        ``last_settings`` (the checkpoint epoch) go with the last message only.
+        Each chunk's messages and replies are released once absorbed, so at most
+        one chunk's embeddings (and the accumulator's waiting rows) are alive.
+        """
+        ids, splits = self.ids()
+        chunks = query_chunks(ids, splits, EVAL_CHUNK_ROWS)
+        accumulator = self.accumulator()
+        for i, (batches, names) in enumerate(chunks):
+            config = last_settings if i == len(chunks) - 1 else {}
+            messages = self.messages(state, nodes, server_round, config, batches, names)
+            replies = exchange(grid, messages, timeout, self.poll_interval)
+            del messages  # the chunk's ids and gradients: sent
+            self.absorb(state, accumulator, nodes, replies, batches, names)
+            # The chunk's embeddings go before the next chunk's arrive, not after
+            # (after the last one nothing arrives: a one-chunk query skips the
+            # ~0.2 s).
+            del replies
+            if i < len(chunks) - 1:
+                release_chunk()
+        return accumulator.result()
 
 
 def release_chunk() -> None:

@@ -31,7 +31,7 @@ from flwr.app import Error, Message
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
-from tpsl_flwr.validation import check_positive_finite
+from tpsl_flwr._util.checks import check_positive_finite
 from tpsl_flwr.wire.protocol import check_outgoing
 
 __all__ = [

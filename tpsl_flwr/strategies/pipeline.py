@@ -44,22 +44,26 @@ computed from it; the messages already in flight were computed before it.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 from flwr.superlink.grid import InMemoryGrid
 
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.strategies.exchange import Pushed, collect, push
 from tpsl_flwr.strategies.progress import EpochProgress
+from tpsl_flwr.strategies.step_state import StepState
 
-if TYPE_CHECKING:
-    from tpsl_flwr.strategies.tpsl_strategy import TPSLStrategy
+__all__ = ["NOT_ON_RAY", "Aggregate", "Configure", "check_pipeline_grid", "train_steps"]
 
-__all__ = ["NOT_ON_RAY", "check_pipeline_grid", "train_steps"]
+Configure = Callable[[int, ArrayRecord, ConfigRecord, Grid], Iterable[Message]]
+"""A strategy's ``configure_train``: the train messages of one round."""
+Aggregate = Callable[[int, Iterable[Message]], Any]
+"""A strategy's ``aggregate_train``: one round's replies, taken in."""
 
 NOT_ON_RAY = (
     "pipeline-depth {depth} needs nodes that run their messages one at a time, "
@@ -90,36 +94,41 @@ def check_pipeline_grid(grid: Grid, depth: int) -> None:
 
 
 def train_steps(
-    strategy: TPSLStrategy, grid: Grid, server_round: int, timeout: float
+    state: StepState,
+    grid: Grid,
+    server_round: int,
+    timeout: float,
+    *,
+    depth: int,
+    poll_interval: float,
+    epochs: int,
+    configure: Configure,
+    aggregate: Aggregate,
 ) -> int:
     """Send the epoch's train messages, keep up to ``depth + 1`` in flight.
 
-    Each message comes from ``strategy.configure_train`` (it carries the
-    gradients computed so far and not yet sent, then forgets them) and each
-    reply, oldest first, goes to ``strategy.aggregate_train``. Returns the last
-    ``server_round`` used; the gradients of the last reply stay pending for
-    the test query.
+    Each message comes from ``configure`` (the strategy's ``configure_train``:
+    it carries the gradients of ``state`` computed so far and not yet sent,
+    then forgets them) and each reply, oldest first, goes to ``aggregate``
+    (the strategy's ``aggregate_train``). Returns the last ``server_round``
+    used; the gradients of the last reply stay pending for the test query.
     """
-    state = strategy._state
-    depth = strategy.pipeline_depth
     check_pipeline_grid(grid, depth)
     queue: deque[_InFlight] = deque()
     total = sum(len(b) for b in state.batches)
-    progress = EpochProgress(state.epoch, strategy.epochs, total)
+    progress = EpochProgress(state.epoch, epochs, total)
     while state.cursor < len(state.batches) or queue:
         while len(queue) <= depth and (
             state.cursor < len(state.batches)
             or (state.pending and any(f.batches for f in queue))
         ):
             server_round += 1
-            messages = strategy.configure_train(
-                server_round, ArrayRecord(), ConfigRecord(), grid
-            )
+            messages = configure(server_round, ArrayRecord(), ConfigRecord(), grid)
             sent = push(grid, messages)
             queue.append(_InFlight(server_round, state.in_flight, sent))
         oldest = queue.popleft()
-        replies = collect(grid, oldest.pushed, timeout, strategy.poll_interval)
+        replies = collect(grid, oldest.pushed, timeout, poll_interval)
         state.in_flight = oldest.batches
-        strategy.aggregate_train(oldest.server_round, replies)
+        aggregate(oldest.server_round, replies)
         progress.update(state.samples)
     return server_round

@@ -17,6 +17,11 @@ gradients it recomputes each batch's forward pass with its current, already
 updated, parameters. ``K = 1`` is exact sequential split learning.
 ``pipeline_depth = d > 0`` keeps ``d + 1`` messages in flight per node: the
 bottom models embed ``d`` steps stale (:mod:`~tpsl_flwr.strategies.pipeline`).
+
+The strategy holds the run (its settings, nodes, history, release); each
+epoch's steps, evaluation query and best-epoch decision are its
+:class:`~tpsl_flwr.strategies.epoch_loop.EpochLoop`, which owns the step state
+and is handed the nodes and the grid with each call.
 """
 
 from __future__ import annotations
@@ -32,13 +37,12 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
-from tpsl_flwr.errors import PrivacyError
-from tpsl_flwr.experiments.validation_settings import resolve_validation
-from tpsl_flwr.label_store import LabelStore, Release
+from tpsl_flwr._util.checks import check_int, check_positive_finite
+from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.parties.optim import lr_scale
 from tpsl_flwr.privacy.accounting import PrivacySpent, privacy_spent
+from tpsl_flwr.release.store import LabelStore, Release
 from tpsl_flwr.strategies.epoch_log import (
     TPSLResult,
     begin_result,
@@ -46,36 +50,20 @@ from tpsl_flwr.strategies.epoch_log import (
     progress_line,
     record_epoch,
 )
-from tpsl_flwr.strategies.epoch_loop import (
-    StepState,
-    check_release,
-    refuse_configs,
-    restore_release,
-    save_checkpoint,
-    scale_setting,
-    schedule_step,
-    send_to_all,
-    train_epoch,
-)
-from tpsl_flwr.strategies.evaluation_query import (
-    EvaluationAccumulator,
-    absorb_replies,
-    query_messages,
-)
+from tpsl_flwr.strategies.epoch_loop import EpochLoop
 from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange
 from tpsl_flwr.strategies.node_count import refuse_extra_nodes, wait_for_nodes
-from tpsl_flwr.strategies.selection import Validation, check_validation_mechanism
-from tpsl_flwr.validation import check_int, check_positive_finite
+from tpsl_flwr.strategies.release_check import check_release
+from tpsl_flwr.validation.best_epoch import BestEpoch
+from tpsl_flwr.validation.holdout import Validation, resolve_validation
+from tpsl_flwr.validation.scores import check_validation_mechanism
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.label_side import (
     Node,
-    check_replies,
     check_sample_counts,
     check_top_model,
     describe_nodes,
-    gather_embeddings,
     hello_messages,
-    step_message,
 )
 from tpsl_flwr.wire.wire_dtype import check_wire_dtype
 
@@ -120,7 +108,7 @@ class TPSLStrategy(Strategy):
         ``send_and_receive`` sleeps 0.1 s in simulation and 3 s in deployment).
     store
         The label party's private folder
-        (:class:`~tpsl_flwr.label_store.LabelStore`): with it, the strategy
+        (:class:`~tpsl_flwr.release.store.LabelStore`): with it, the strategy
         checkpoints after every epoch (top model, optimizer, history; the key
         stays in its own file) and the nodes checkpoint their bottom models.
     release
@@ -131,9 +119,9 @@ class TPSLStrategy(Strategy):
     validation_fraction
         Hold out this fraction of the training ids, by a hash of the id alone,
         score every epoch on their noisy labels and restore the best epoch's
-        models at the end (:mod:`~tpsl_flwr.strategies.selection`); 0: train
+        models at the end (:mod:`~tpsl_flwr.validation.best_epoch`); 0: train
         on every id and keep the last epoch; ``"auto"``: the run config's rule
-        (:func:`~tpsl_flwr.experiments.validation_settings.resolve_validation`,
+        (:func:`~tpsl_flwr.validation.holdout.resolve_validation`,
         from the training rows, epochs and mechanism).
     lr_schedule
         ``constant`` or ``cosine`` (:func:`~tpsl_flwr.parties.optim.lr_scale`);
@@ -192,15 +180,11 @@ class TPSLStrategy(Strategy):
         self.on_epoch_end = on_epoch_end
         self.node_wait = node_wait
         self.audit = audit
-        self._audit: TranscriptAudit | None = None
         self.nodes: list[Node] = []
         self.history: list[dict[str, Any]] = []
         self.start_epoch = 0
         self.store = store
-        self.released_gradients = release is not None and release.resumed
-        """True once a perturbed gradient was made for the nodes (it may
-        have left): a fresh release that fails before is voided."""
-        self._state = StepState()
+        self._resumed = release is not None and release.resumed
         self.lr_schedule = lr_schedule
         lr_scale(lr_schedule, 0, 1)  # refuses an unknown schedule
         fraction = resolve_validation(  # "auto" as the run config resolves it
@@ -210,19 +194,44 @@ class TPSLStrategy(Strategy):
             mechanism=self.party.mechanism.name,
         )
         self.validation = Validation(self.num_train, fraction, order_seed)
-        self.best = self.validation.best if self.validation.active else None
+        self.best: BestEpoch | None = (
+            self.validation.best if self.validation.active else None
+        )
         if self.validation.active:
             check_validation_mechanism(label_party.mechanism)  # before any step
             label_party.hold_out(self.validation.ids)
+        self.loop = EpochLoop(
+            label_party,
+            self.validation,
+            test_labels,
+            batch_size=batch_size,
+            steps_per_message=steps_per_message,
+            order_seed=order_seed,
+            lr_schedule=lr_schedule,
+            pipeline_depth=self.pipeline_depth,
+            wire_dtype=self.wire_dtype,
+            poll_interval=self.poll_interval,
+            audit=audit,
+            checkpoints=store is not None,
+        )
+        """The epochs' steps, evaluation query and best-epoch decision."""
         self._release = release
         if release is not None:
-            restore_release(self, release)
+            self.restore_release(release)
         elif label_party.key.binding is not None:
             raise PrivacyError(
                 f"the label party's key ({label_party.key.fingerprint}) belongs to "
                 "a release: pass it as release=..., so the strategy is checked "
                 "against what the ledger recorded"
             )
+
+    @property
+    def released_gradients(self) -> bool:
+        """True once a perturbed gradient was made for the nodes (it may have left).
+
+        A fresh release that fails before is voided; a resumed one was made.
+        """
+        return self._resumed or self.loop.released
 
     @property
     def privacy(self) -> PrivacySpent:
@@ -242,22 +251,16 @@ class TPSLStrategy(Strategy):
 
     def begin_epoch(self, epoch: int) -> None:
         """Start ``epoch``: its label-independent batches, no gradient pending."""
-        self._state = StepState(epoch=epoch, batches=self.epoch_batches(epoch))
+        self.loop.begin_epoch(epoch, self.epochs)
 
     @property
     def pending(self) -> list[tuple[np.ndarray, torch.Tensor]]:
         """Perturbed gradients computed but not yet dispatched: ``(ids, grad)``."""
-        return list(self._state.pending)
+        return list(self.loop.state.pending)
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """The epoch's batches (pool dtype), shuffled by ``(order_seed, epoch)``."""
-        rng = np.random.default_rng([self.order_seed, epoch])
-        pool = self.validation.pool
-        order = pool[rng.permutation(pool.size)]
-        return [
-            order[i : i + self.batch_size]
-            for i in range(0, order.size, self.batch_size)
-        ]
+        return self.loop.epoch_batches(epoch)
 
     def summary(self) -> None:
         """Log the strategy's settings as a tree, like Flower's DP wrappers."""
@@ -295,45 +298,13 @@ class TPSLStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Messages carrying the pending perturbed gradients and the next ids."""
-        state = self._state
-        upto = state.cursor + self.steps_per_message  # ids go out as int64
-        state.in_flight = [
-            b.astype(np.int64) for b in state.batches[state.cursor : upto]
-        ]
-        state.cursor += len(state.in_flight)
-        settings = {P.EPOCH: state.epoch, P.ROUND: server_round, P.SPLIT: "train"}
-        settings.update(scale_setting(self))
-        messages = [
-            step_message(
-                n,
-                P.MSG_TRAIN,
-                settings,
-                state.in_flight,
-                state.pending,
-                self.wire_dtype,
-            )
-            for n in self.nodes
-        ]
-        state.pending = []  # dispatched
-        return messages
+        return self.loop.train_messages(self.nodes, server_round)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Run GradPerturb steps on the returned embeddings; stash the gradients."""
-        state = self._state
-        by_node = check_replies(self.nodes, replies, [n.node_id for n in self.nodes])
-        embeddings = gather_embeddings(self.nodes, by_node, state.in_flight)
-        for ids, emb in zip(state.in_flight, embeddings, strict=True):
-            schedule_step(self)
-            if self._audit is not None:
-                grad = self._audit.step(self.party, ids, emb, state.epoch)
-            else:
-                grad = self.party.train_step(ids, emb, epoch=state.epoch)
-            state.pending.append((ids, grad))
-            self.released_gradients = True
-            state.samples += ids.size
-        return None, MetricRecord({"samples": state.samples})
+        return None, self.loop.train_replies(self.nodes, replies)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -343,21 +314,21 @@ class TPSLStrategy(Strategy):
         The message also flushes the pending gradients
         (:mod:`~tpsl_flwr.strategies.evaluation_query`).
         """
-        ids, splits = self.validation.query(self._num_test)
-        return query_messages(self, server_round, dict(config), ids, splits)
+        query, state = self.loop.query, self.loop.state
+        ids, splits = query.ids()
+        return query.messages(
+            state, self.nodes, server_round, dict(config), ids, splits
+        )
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         """Test metrics computed at the label party from the test embeddings."""
-        accumulator = EvaluationAccumulator(self)
-        ids, splits = self.validation.query(self._num_test)
-        absorb_replies(accumulator, replies, ids, splits)
+        query = self.loop.query
+        accumulator = query.accumulator()
+        ids, splits = query.ids()
+        query.absorb(self.loop.state, accumulator, self.nodes, replies, ids, splits)
         return accumulator.result()
-
-    @property
-    def _num_test(self) -> int:
-        return 0 if self.test_labels is None else int(self.test_labels.size)
 
     # -------------------------------------------------------------------- run
     def start(
@@ -393,7 +364,8 @@ class TPSLStrategy(Strategy):
             For a non-empty ``train_config`` or ``evaluate_config``.
         PrivacyError
             If the strategy, with ``num_rounds``, or its party no longer
-            match the release (:func:`~tpsl_flwr.strategies.epoch_loop.check_release`).
+            match the release
+            (:func:`~tpsl_flwr.strategies.release_check.check_release`).
         """
         refuse_configs(train_config=train_config, evaluate_config=evaluate_config)
         if num_rounds is not None:
@@ -402,7 +374,7 @@ class TPSLStrategy(Strategy):
         if initial_arrays is not None and len(initial_arrays):
             self.party.top.load_state_dict(initial_arrays.to_torch_state_dict())
         if self._release is not None:  # num_rounds, or a party changed since
-            check_release(self, self._release)
+            self.check_release(self._release)
         log(INFO, "Starting TPSLStrategy (label party):")
         self.summary()
         resume = self.start_epoch if self.start_epoch > 0 else None
@@ -418,19 +390,81 @@ class TPSLStrategy(Strategy):
         for past in self.history:
             record_epoch(result, past)
         for epoch in range(self.start_epoch, self.epochs):
-            entry = train_epoch(self, grid, epoch, timeout)
+            entry = self.loop.run_epoch(
+                grid,
+                self.nodes,
+                epoch,
+                timeout,
+                epochs=self.epochs,
+                auc_bound=self.privacy.auc_bound,
+                configure=self.configure_train,
+                aggregate=self.aggregate_train,
+            )
             if evaluate_fn is not None:
                 arrays = ArrayRecord(self.party.top.state_dict())
                 entry.update(dict(evaluate_fn(epoch + 1, arrays) or {}))
             self.history.append(entry)
             record_epoch(result, entry)
             log(INFO, "epoch %d/%d  %s", epoch + 1, self.epochs, progress_line(entry))
-            save_checkpoint(self, epoch)
+            self.save_checkpoint(epoch)
             if self.on_epoch_end is not None:
                 self.on_epoch_end(epoch, entry)
         if self.best is not None and self.best.epoch is not None:
-            send_to_all(self, grid, {P.RESTORE_BEST: self.best.epoch}, timeout)
+            restore = {P.RESTORE_BEST: self.best.epoch}
+            self.loop.send_to_all(grid, self.nodes, restore, timeout)
             self.best.restore(self.party)
             log(INFO, "restored epoch %d (lowest validation loss)", self.best.epoch + 1)
         result.arrays = ArrayRecord(self.party.top.state_dict())
         return result
+
+    # ----------------------------------------------------- release, checkpoint
+    def check_release(self, release: Release) -> None:
+        """Refuse to train otherwise than ``release`` says (before any step).
+
+        Raises
+        ------
+        PrivacyError
+            Naming what differs
+            (:func:`~tpsl_flwr.strategies.release_check.check_release`).
+        """
+        check_release(
+            release,
+            party=self.party,
+            privacy=self.privacy,
+            epochs=self.epochs,
+            held_out=self.validation.fraction,
+        )
+
+    def restore_release(self, release: Release) -> None:
+        """Check the strategy against its release; continue from its saved state.
+
+        Raises
+        ------
+        PrivacyError
+            As :meth:`check_release`; nothing is sent then.
+        """
+        self.check_release(release)
+        if release.party_state is not None:
+            self.party.load_state_dict(release.party_state)
+            self.start_epoch = release.start_epoch
+            self.history = list(release.history)
+            if self.best is not None and "best" in release.party_state:
+                self.best.load_state_dict(release.party_state["best"])
+
+    def save_checkpoint(self, epoch: int) -> None:
+        """With a store: save the label party's state (and best epoch) and history."""
+        if self.store is not None:
+            state = self.party.state_dict()
+            if self.best is not None:
+                state["best"] = self.best.state_dict()
+            self.store.save_checkpoint(epoch, self.history, state)
+
+
+def refuse_configs(**given: ConfigRecord | None) -> None:
+    """Refuse non-empty configs ``start`` was given: it sends only its own keys."""
+    for name, config in given.items():
+        if config:
+            raise ConfigError(
+                f"TPSLStrategy.start does not send {name} ({sorted(config)}): "
+                "only the protocol's keys may leave the label party"
+            )

@@ -144,7 +144,7 @@ def run_strategy(
     strategy
         The label party, as you would start it in your ServerApp.
     client_app
-        Your ClientApp (e.g. :func:`~tpsl_flwr.wire.client_app.make_client_app`)
+        Your ClientApp (e.g. :func:`~tpsl_flwr.wire.node_side.make_client_app`)
         or any ``f(message, context) -> Message``.
     num_nodes
         Number of non-label nodes; must equal ``strategy.num_nodes`` if set.
@@ -176,7 +176,7 @@ def run_strategy(
     >>> from torch import nn
     >>> from tpsl_flwr import NoiseKey, make_mechanism
     >>> from tpsl_flwr.parties import LabelParty, NonLabelParty
-    >>> from tpsl_flwr.wire.client_app import make_client_app
+    >>> from tpsl_flwr.wire.node_side import make_client_app
     >>> x = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
     >>> class Bottom(nn.Module):
     ...     def __init__(self):

@@ -1,7 +1,7 @@
 """A node's edge: its node config checked first, its errors named by partition.
 
 Both halves side by side. The node's half (:func:`check_node_config`,
-:func:`node_failure`) runs in :func:`~tpsl_flwr.wire.client_app.make_client_app`
+:func:`node_failure`) runs in :func:`~tpsl_flwr.wire.node_side.make_client_app`
 before any handler or the embedder's party factory: a SuperNode started
 without (or with a misspelt) ``partition-id``/``num-partitions`` is refused in
 one line naming the key, and any error of a handler leaves the node as one

@@ -48,6 +48,7 @@ from flwr.proto.recorddict_pb2 import (  # pylint: disable=E0611
     RecordDict as ProtoRecordDict,
 )
 
+from tpsl_flwr._util.private_files import keep_private
 from tpsl_flwr.errors import ProtocolError
 
 __all__ = [
@@ -330,7 +331,7 @@ class WorkerServer:
             self._sock.bind(str(self.path))
         finally:
             os.umask(old)
-        os.chmod(self.path, 0o600)
+        keep_private(self.path)
         self._sock.listen(8)
 
     def serve_one(self) -> bool:

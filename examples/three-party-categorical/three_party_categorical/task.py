@@ -28,9 +28,9 @@ from flwr.serverapp import Grid
 
 from three_party_categorical.models import ConcatTop, MixedBottom
 from tpsl_flwr import make_mechanism
-from tpsl_flwr.label_store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
 from tpsl_flwr.privacy.accounting import privacy_spent
+from tpsl_flwr.release import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.strategies import TPSLStrategy
 
 APP_DIR = Path(__file__).resolve().parents[1]

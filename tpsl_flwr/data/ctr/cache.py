@@ -29,6 +29,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from tpsl_flwr._util.private_files import keep_private
+
 __all__ = [
     "CacheEntry",
     "NpyAppender",
@@ -150,7 +152,7 @@ class CacheEntry:
         """
         (self.tmp / "meta.json").write_text(json.dumps(dict(meta), sort_keys=True))
         for item in self.tmp.iterdir():
-            item.chmod(0o600)
+            keep_private(item)
         try:
             os.rename(self.tmp, self.final)
         except OSError:

@@ -29,12 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
-from tpsl_flwr.compact_ints import (
+from tpsl_flwr._util.compact_ints import (
     CHUNK_ROWS,
     chunks,
     index_dtype,
     is_strictly_increasing,
 )
+from tpsl_flwr._util.private_files import make_private_dir
 from tpsl_flwr.data.ctr.files import EncodedFile
 
 __all__ = [
@@ -83,7 +84,7 @@ def _store(folder: Path, name: str, arr: np.ndarray) -> None:
     the old file, no file, or the whole new one, never an empty one.
     """
     try:
-        folder.mkdir(mode=0o700, exist_ok=True)
+        make_private_dir(folder, check=False)
         _remove_stale(folder, name)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}-", suffix=".tmp")
     except OSError:

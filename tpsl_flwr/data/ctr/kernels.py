@@ -5,8 +5,8 @@ The numpy paths of :func:`~tpsl_flwr.data.ctr.hashing.hash_buckets_of` and
 position or arithmetic step (about 30 per token for the hash), so a cold ingest
 spends most of its encoding time in numpy calls over the same few kilobytes. The
 kernels here walk each field once, byte by byte, and compute the same function
-bit for bit (``tests/test_ctr_ingest_hashing.py`` and
-``tests/test_ctr_ingest_parse.py`` check both paths against the documented
+bit for bit (``tests/data/ctr/test_ctr_ingest_hashing.py`` and
+``tests/data/ctr/test_ctr_ingest_parse.py`` check both paths against the documented
 formula and grammar). They release the GIL, so the ingest's thread pool
 (:mod:`tpsl_flwr.data.ctr.pool`) runs them on every core, and they are compiled
 once per machine (numba's on-disk cache).

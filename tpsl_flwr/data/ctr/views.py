@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tpsl_flwr.compact_ints import index_dtype
+from tpsl_flwr._util.compact_ints import index_dtype
 from tpsl_flwr.data.ctr.criteo import criteo_format
 from tpsl_flwr.data.ctr.files import EncodedFile, EncodeOptions, encode_file
 from tpsl_flwr.data.ctr.formats import AVAZU, CTRFormat

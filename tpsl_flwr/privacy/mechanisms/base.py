@@ -1,4 +1,4 @@
-"""What every GradPerturb mechanism declares, and the registry of them.
+"""What every GradPerturb mechanism declares, returns, and the registry of them.
 
 A mechanism is a small frozen description (dp-accounting's ``dp_event.py``
 style) that says, in one place: its parameter (``epsilon``, ``sigma`` or
@@ -6,6 +6,11 @@ none), its keyed noisy-label sampler, its accounting event and neighbouring
 relation, and the closed forms the audit and the tests hold it to. Adding a
 mechanism means adding one module that subclasses :class:`Mechanism` and
 decorates the class with :func:`register`.
+
+Every mechanism's sampler returns :class:`NoisyLabels`: all but the Gaussian
+baseline are label randomizers, mapping the label ``y`` to a coefficient vector
+``c`` over the ``k`` classes, and GradPerturb outputs ``sum_j c_j g_j`` (Yang et
+al., Algorithms 2 and 4).
 """
 
 from __future__ import annotations
@@ -15,16 +20,48 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import numpy as np
 
+from tpsl_flwr._util.checks import check_num_classes
 from tpsl_flwr.errors import ConfigError
-from tpsl_flwr.validation import check_num_classes
 
 if TYPE_CHECKING:
     import dp_accounting
 
     from tpsl_flwr.privacy.keyed_noise import NoiseKey
-    from tpsl_flwr.privacy.label_noise import NoisyLabels
 
-__all__ = ["REGISTRY", "Mechanism", "mechanism_class", "parameter_of", "register"]
+__all__ = [
+    "REGISTRY",
+    "Mechanism",
+    "NoisyLabels",
+    "mechanism_class",
+    "one_hot",
+    "parameter_of",
+    "register",
+]
+
+
+@dataclass(frozen=True)
+class NoisyLabels:
+    """The randomized labels of one batch.
+
+    Attributes
+    ----------
+    coefficients
+        ``(n, k)`` float64: GradPerturb's output is ``sum_j c_ij g_ij``.
+    additive
+        ``(n, m)`` float64 Gaussian noise added to ``g_y`` (Gaussian baseline
+        only, in per-sample gradient units), else ``None``.
+    """
+
+    coefficients: np.ndarray
+    additive: np.ndarray | None = None
+
+
+def one_hot(labels: np.ndarray, num_classes: int) -> np.ndarray:
+    """Return the ``(n, k)`` float64 one-hot encoding of ``labels``."""
+    out = np.zeros((labels.size, num_classes), dtype=np.float64)
+    out[np.arange(labels.size), labels] = 1.0
+    return out
+
 
 REGISTRY: dict[str, type[Mechanism]] = {}
 """Every mechanism class by name, in registration order."""

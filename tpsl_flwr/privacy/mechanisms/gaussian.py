@@ -15,12 +15,11 @@ import dp_accounting
 import numpy as np
 from scipy.special import ndtri
 
+from tpsl_flwr._util.checks import check_sigma
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.closed_forms import sda_auc_gaussian, sda_top1_gaussian
 from tpsl_flwr.privacy.keyed_noise import NoiseKey, open_uniforms
-from tpsl_flwr.privacy.label_noise import NoisyLabels, one_hot
-from tpsl_flwr.privacy.mechanisms.base import Mechanism, register
-from tpsl_flwr.validation import check_sigma
+from tpsl_flwr.privacy.mechanisms.base import Mechanism, NoisyLabels, one_hot, register
 
 
 @register

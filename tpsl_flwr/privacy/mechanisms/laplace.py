@@ -18,13 +18,12 @@ from typing import ClassVar
 import dp_accounting
 import numpy as np
 
+from tpsl_flwr._util.checks import check_epsilon
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.closed_forms import sda_auc_laplace, sda_top1_laplace
 from tpsl_flwr.privacy.exact_laplace import discrete_laplace_steps
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
-from tpsl_flwr.privacy.label_noise import NoisyLabels, one_hot
-from tpsl_flwr.privacy.mechanisms.base import Mechanism, register
-from tpsl_flwr.validation import check_epsilon
+from tpsl_flwr.privacy.mechanisms.base import Mechanism, NoisyLabels, one_hot, register
 
 LAPLACE_GRID = 2.0**-20
 """Resolution of the discrete Laplace noise (a power of two)."""

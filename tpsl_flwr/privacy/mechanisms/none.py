@@ -10,8 +10,7 @@ import dp_accounting
 import numpy as np
 
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
-from tpsl_flwr.privacy.label_noise import NoisyLabels, one_hot
-from tpsl_flwr.privacy.mechanisms.base import Mechanism, register
+from tpsl_flwr.privacy.mechanisms.base import Mechanism, NoisyLabels, one_hot, register
 
 
 @register

@@ -40,6 +40,7 @@ from typing import ClassVar
 import dp_accounting
 import numpy as np
 
+from tpsl_flwr._util.checks import check_epsilon
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.closed_forms import (
     sda_auc_randomized_response,
@@ -47,9 +48,7 @@ from tpsl_flwr.privacy.closed_forms import (
 )
 from tpsl_flwr.privacy.exact_laplace import exp_neg_bounds
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
-from tpsl_flwr.privacy.label_noise import NoisyLabels, one_hot
-from tpsl_flwr.privacy.mechanisms.base import Mechanism, register
-from tpsl_flwr.validation import check_epsilon
+from tpsl_flwr.privacy.mechanisms.base import Mechanism, NoisyLabels, one_hot, register
 
 WORD_SCALE = 2**64
 """``N``: the number of values of one keyed word; thresholds live on this scale."""
