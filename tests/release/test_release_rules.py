@@ -452,7 +452,7 @@ def test_a_serverapp_refuses_an_installed_bundle_holding_a_key(tmp_path, monkeyp
 
 def test_a_shared_rehearsal_is_recorded_as_a_release(tmp_path, criteo_file):
     """A rehearsal's nodes' outputs, once shared, release the labels."""
-    from tpsl_flwr.simulations.cli import main
+    from tpsl_flwr.cli.main import main
 
     rehearsal = run_experiment(_criteo(tmp_path / "r", criteo_file, epsilon=2.0))
     assert rehearsal["run_kind"] == "rehearsal" and rehearsal["epsilon_total"] == 0
