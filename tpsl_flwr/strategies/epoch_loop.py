@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from logging import INFO
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from flwr.app import ConfigRecord
+from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
@@ -226,3 +228,17 @@ def restore_release(strategy: TPSLStrategy, release: Release) -> None:
         strategy.history = list(release.history)
         if strategy.best is not None and "best" in release.party_state:
             strategy.best.load_state_dict(release.party_state["best"])
+        log(
+            INFO,
+            "resuming after epoch %d of %d (key %s)",
+            release.start_epoch,
+            strategy.epochs,
+            party.key.fingerprint,
+        )
+    elif release.resumed:
+        log(
+            INFO,
+            "resuming from epoch 1: the run stopped before its first checkpoint "
+            "(key %s, the same release)",
+            party.key.fingerprint,
+        )

@@ -33,7 +33,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
-from tpsl_flwr.errors import PrivacyError
+from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.experiments.validation_settings import resolve_validation
 from tpsl_flwr.label_store import LabelStore, Release
 from tpsl_flwr.parties import LabelParty
@@ -63,6 +63,7 @@ from tpsl_flwr.strategies.evaluation_query import (
     query_messages,
 )
 from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange
+from tpsl_flwr.strategies.for_labels import for_labels as _for_labels
 from tpsl_flwr.strategies.node_count import refuse_extra_nodes, wait_for_nodes
 from tpsl_flwr.strategies.selection import Validation, check_validation_mechanism
 from tpsl_flwr.validation import check_int, check_positive_finite
@@ -147,8 +148,11 @@ class TPSLStrategy(Strategy):
         :mod:`~tpsl_flwr.wire.wire_dtype`).
 
     See ``docs/embedding.md`` for the contracts of both parties and for
-    resuming an embedded run.
+    resuming an embedded run. :meth:`for_labels` builds the label party,
+    its store and its release in one call.
     """
+
+    for_labels = classmethod(_for_labels)
 
     def __init__(
         self,
@@ -182,6 +186,13 @@ class TPSLStrategy(Strategy):
         if num_nodes is not None:
             check_int(num_nodes, "num_nodes")
         self.poll_interval = check_positive_finite(poll_interval, "poll_interval")
+        if release is not None and release.resumed and store is None:
+            raise ConfigError(
+                f"release {release.key.fingerprint} resumes a run: pass the store "
+                "it was opened from (store=LabelStore(label_dir)); without it "
+                "this run's epochs would not be checkpointed, and the next resume "
+                "would train them again under the same key"
+            )
         self.party = label_party
         self.test_labels = test_labels
         self.batch_size = batch_size
@@ -223,6 +234,11 @@ class TPSLStrategy(Strategy):
                 "a release: pass it as release=..., so the strategy is checked "
                 "against what the ledger recorded"
             )
+
+    @property
+    def release(self) -> Release | None:
+        """The release this strategy trains under (None: a key of its own)."""
+        return self._release
 
     @property
     def privacy(self) -> PrivacySpent:
@@ -282,7 +298,9 @@ class TPSLStrategy(Strategy):
         a zeros row).
         """
         node_ids = wait_for_nodes(grid, self.num_nodes, self.node_wait)
-        hello = hello_messages(node_ids, resume_epoch)  # may start each node's app
+        hello = hello_messages(  # may start each node's app
+            node_ids, resume_epoch, checkpoints=self.store is not None
+        )
         replies = exchange(grid, hello, timeout + self.node_wait, self.poll_interval)
         nodes = describe_nodes(replies, node_ids, self.num_nodes)
         refuse_extra_nodes(nodes, self.num_nodes)
