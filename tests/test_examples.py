@@ -48,16 +48,17 @@ class Example:
 
 # Thresholds. Binary: chance is AUC 0.5; with ~160 positives and ~640 negatives
 # among the 800 test rows the AUC of an uninformed scorer has a standard error
-# of ~0.026, so 0.80 is > 10 standard errors above chance. Measured: 0.94-0.95
-# under Laplace eps = 1 over fresh keys (0.97 without protection); the margin
+# of ~0.026, so 0.80 is > 10 standard errors above chance. Measured (the label
+# party built by TPSLStrategy.for_labels with its defaults): 0.93-0.95 under
+# Laplace eps = 1 over 10 fresh keys (0.95 without protection); the margin
 # covers the key-to-key spread. Multi-class: 4 balanced classes, chance 0.25
-# (standard error ~0.015 on 800 rows), measured 0.83-0.85 under randomized
-# response eps = 2 (0.88 without protection); 0.60 is > 20 standard errors above
-# chance. Three parties with categorical columns (Laplace eps = 2, 4 balanced
-# classes, its own bottom and top models): measured 0.65-0.80 over 10 fresh
-# keys after 3 epochs and 0.59-0.80 over 19 after 1 (0.95 without protection;
-# Laplace noise on 4 logits spreads more from key to key); 0.50 is > 16
-# standard errors above chance 0.25 and below every run measured.
+# (standard error ~0.015 on 800 rows), measured 0.81-0.84 over 10 keys under
+# randomized response eps = 2 (0.86 without protection); 0.60 is > 20 standard
+# errors above chance. Three parties with categorical columns (Laplace eps = 2,
+# 4 balanced classes, its own bottom and top models): measured 0.76-0.82 over
+# 10 fresh keys after 3 epochs and 0.59-0.71 over 10 after 1 (0.91 without
+# protection; Laplace noise on 4 logits spreads more from key to key); 0.50 is
+# > 16 standard errors above chance 0.25 and below every run measured.
 BINARY = Example("binary-tabular", "binary_tabular", "test_auc", 0.80, 1.0)
 MULTICLASS = Example(
     "multiclass-tabular", "multiclass_tabular", "test_accuracy", 0.60, 2.0

@@ -11,6 +11,11 @@ The core packages (``_util``, ``privacy``, ``metrics``, ``data``, ``models``,
 Flower lives in ``wire``, ``strategies``, ``engines``, ``experiments``,
 ``simulations`` and ``cli`` (``docs/layout.md`` gives the order).
 
+The embedding surface is here too (``docs/embedding.md``): a ServerApp builds
+its label party with ``TPSLStrategy.for_labels(...)`` and writes its run folder
+with ``run_in_folder``; a ClientApp is ``make_client_app(factory)`` over
+``NonLabelParty`` objects.
+
 Module paths of the previous layout (``tpsl_flwr.label_store``,
 ``tpsl_flwr.wire.client_app``, ...) still import, for one release, with a
 :class:`DeprecationWarning` naming the new path (:data:`MOVED`).
@@ -25,18 +30,35 @@ import importlib.util
 import sys
 import warnings
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpsl_flwr.errors import ConfigError, PrivacyError, ProtocolError, TPSLError
 
-# The privacy names are imported on first use: the mechanisms pull in
-# dp-accounting and scipy (~1 s), which a node's per-message ClientApp process
-# (tpsl_flwr.simulations.client_app) never needs.
+if TYPE_CHECKING:
+    from tpsl_flwr.experiments.run_folder import run_in_folder
+    from tpsl_flwr.parties import NonLabelParty, adam
+    from tpsl_flwr.privacy.keyed_noise import NoiseKey
+    from tpsl_flwr.privacy.mechanisms import MECHANISMS, Mechanism, make_mechanism
+    from tpsl_flwr.release.store import LabelStore
+    from tpsl_flwr.strategies import TPSLResult, TPSLStrategy
+    from tpsl_flwr.wire.node_side import make_client_app
+
+# Every other name is imported on first use: the mechanisms pull in
+# dp-accounting and scipy (~1 s), the strategy Flower's ServerApp side, neither
+# of which a node's per-message ClientApp process needs.
 _LAZY = {
     "NoiseKey": "tpsl_flwr.privacy.keyed_noise",
     "MECHANISMS": "tpsl_flwr.privacy.mechanisms",
     "Mechanism": "tpsl_flwr.privacy.mechanisms",
     "make_mechanism": "tpsl_flwr.privacy.mechanisms",
+    # The embedding surface (docs/embedding.md).
+    "TPSLStrategy": "tpsl_flwr.strategies",
+    "TPSLResult": "tpsl_flwr.strategies",
+    "LabelStore": "tpsl_flwr.release.store",
+    "NonLabelParty": "tpsl_flwr.parties",
+    "adam": "tpsl_flwr.parties",
+    "make_client_app": "tpsl_flwr.wire.node_side",
+    "run_in_folder": "tpsl_flwr.experiments.run_folder",
 }
 
 MOVED: dict[str, str] = {
@@ -131,7 +153,7 @@ if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
 
 
 def __getattr__(name: str) -> Any:
-    """The privacy names of ``__all__`` and the moved root modules, on first use."""
+    """The lazy names of ``__all__`` and the moved root modules, on first use."""
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     if f"{__name__}.{name}" in MOVED:
@@ -142,12 +164,19 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "MECHANISMS",
     "ConfigError",
+    "LabelStore",
     "Mechanism",
     "NoiseKey",
+    "NonLabelParty",
     "PrivacyError",
     "ProtocolError",
     "TPSLError",
+    "TPSLResult",
+    "TPSLStrategy",
+    "adam",
+    "make_client_app",
     "make_mechanism",
+    "run_in_folder",
 ]
 
 __version__ = "0.1.0"

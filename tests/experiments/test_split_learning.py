@@ -334,7 +334,8 @@ def test_rows_missing_from_a_partition_stop_the_run_naming_node_and_count(tmp_pa
         match=r"partition 1\) holds 100 train samples.*train partition is "
         r"\d+ rows short.*cannot tell which records are missing",
     ):
-        run_inprocess_experiment(cfg, client_app=make_client_app(short_partition))
+        app = make_client_app(short_partition, checkpoint_dir=tmp_path / "nodes")
+        run_inprocess_experiment(cfg, client_app=app)
 
 
 def test_the_flower_app_config_and_the_python_defaults_agree():

@@ -233,13 +233,17 @@ def _stored(tmp_path, resume=False):
 
 
 def test_a_node_without_checkpoint_dir_refuses_to_checkpoint(tmp_path, monkeypatch):
+    # Refused at connect time, before the first step: the label party's hello
+    # says it will ask for a checkpoint after every epoch.
     monkeypatch.chdir(tmp_path)
+    strategy = _stored(tmp_path)
     with pytest.raises(ProtocolError) as err:
-        run_strategy(_stored(tmp_path), make_client_app(node()))
+        run_strategy(strategy, make_client_app(node()))
     message = one_line(err)
-    assert "asked this node to save a checkpoint of epoch 0" in message
+    assert "asked this node to save a checkpoint after every epoch" in message
     assert "built without checkpoint_dir" in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["label-party"]
+    assert strategy.party.steps == 0 and not strategy.released_gradients
 
 
 def test_a_node_checkpoints_only_into_the_folder_it_was_given(tmp_path, monkeypatch):

@@ -49,8 +49,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +67,14 @@ from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.privacy.accounting import PrivacySpent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.release.binding import NOT_NOISE, LabelRecords, NoiseBinding
+from tpsl_flwr.release.decisions import (
+    ACK_FILE,
+    REHEARSAL_FILE,
+    acknowledge,
+    mark_rehearsal,
+    read_decisions,
+    take_rehearsal_mark,
+)
 from tpsl_flwr.release.label_set import LabelSet, label_digest
 from tpsl_flwr.release.ledger import REHEARSAL, RELEASE, LedgerEntry, PrivacyLedger
 from tpsl_flwr.release.record import (
@@ -82,12 +88,6 @@ __all__ = ["LabelRecords", "LabelStore", "LedgerView", "NoiseBinding", "Release"
 
 KEY_FILE = "noise-key.json"
 CHECKPOINT_FILE = "checkpoint.pt"
-ACK_FILE = "new-release.json"
-ACK_LIFETIME_S = 24 * 3600.0
-"""An acknowledgement older than this (or from the future) is dropped unused."""
-REHEARSAL_FILE = "rehearsal.json"
-REHEARSAL_LIFETIME_S = 600.0
-"""A rehearsal mark older than this is no launcher's of the run now starting."""
 DECISION_FILES = (KEY_FILE, ACK_FILE, REHEARSAL_FILE)
 """What the label party's folder may hold before its first run (an unbound key)."""
 KEY_FORMAT = "tpsl-flwr noise key 2"
@@ -217,16 +217,13 @@ class LabelStore:
             Count the next run as a release whatever its engine (its nodes'
             outputs will be shared, say).
         """
-        if budget is not None and not (budget > 0 and math.isfinite(budget)):
-            raise ConfigError(f"budget must be > 0 and finite, got {budget}")
-        record = {
-            "new_release": bool(new_release),
-            "budget": budget,
-            "unprotected": bool(unprotected),
-            "release": bool(release),
-            "written": time.time(),
-        }
-        return write_private(self.folder / ACK_FILE, json.dumps(record).encode())
+        return acknowledge(
+            self.folder,
+            budget,
+            new_release=new_release,
+            unprotected=unprotected,
+            release=release,
+        )
 
     def mark_rehearsal(self, launch: str) -> Path:
         """Say that the run of ``launch`` is a rehearsal (every node started here).
@@ -239,33 +236,15 @@ class LabelStore:
         :data:`REHEARSAL_LIFETIME_S`. Only the label party writes its folder,
         so no node can mark a release as a rehearsal.
         """
-        if not launch:
-            raise ConfigError("a rehearsal mark needs the launch id of its run")
-        record = {"written": time.time(), "launch": launch}
-        return write_private(self.folder / REHEARSAL_FILE, json.dumps(record).encode())
+        return mark_rehearsal(self.folder, launch)
 
     def clear_rehearsal_mark(self) -> None:
         """Remove a rehearsal mark the run did not take (a launcher's finally)."""
         (self.folder / REHEARSAL_FILE).unlink(missing_ok=True)
 
     def take_rehearsal_mark(self, launch: str | None) -> bool:
-        """Whether a fresh mark for launch ``launch`` was here.
-
-        ``launch``: the launch id this process inherited (None: none). A mark
-        is removed when it is read, whoever's it was.
-        """
-        path = self.folder / REHEARSAL_FILE
-        if not path.exists():
-            return False
-        try:
-            record = json.loads(read_private(path))
-            written, marked = float(record["written"]), str(record["launch"])
-        except (ValueError, KeyError, TypeError) as err:
-            raise PrivacyError(f"{path} is not a rehearsal mark: {err}") from None
-        finally:
-            path.unlink(missing_ok=True)
-        fresh = 0 <= time.time() - written <= REHEARSAL_LIFETIME_S
-        return fresh and launch is not None and marked == launch
+        """Whether a fresh mark for launch ``launch`` was here (it is taken)."""
+        return take_rehearsal_mark(self.folder, launch)
 
     def void(self, release: Release) -> None:
         """Mark a fresh release void: its run failed before a gradient left.
@@ -539,28 +518,7 @@ class LabelStore:
 
     def _read_decisions(self) -> dict[str, Any]:
         """The label party's decisions for this run (see acknowledge_new_release)."""
-        flags = ("new_release", "unprotected", "release")
-        none: dict[str, Any] = {"budget": None, **dict.fromkeys(flags, False)}
-        path = self.folder / ACK_FILE
-        if not path.exists():
-            return none
-        try:
-            record = json.loads(read_private(path))
-            budget = record.get("budget")
-            if budget is not None and not isinstance(budget, (int, float)):
-                raise ValueError(f"budget {budget!r}")
-            if not 0 <= time.time() - float(record["written"]) <= ACK_LIFETIME_S:
-                # A decision left for a run that never came: not this run's.
-                path.unlink()
-                return none
-            return {
-                "budget": budget,
-                "new_release": bool(record["new_release"]),
-                "unprotected": bool(record.get("unprotected", False)),
-                "release": bool(record.get("release", False)),
-            }
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise PrivacyError(f"{path} is not an acknowledgement: {err}") from None
+        return read_decisions(self.folder)
 
     def _write_key(
         self,

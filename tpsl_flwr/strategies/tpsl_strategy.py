@@ -52,6 +52,7 @@ from tpsl_flwr.strategies.epoch_log import (
 )
 from tpsl_flwr.strategies.epoch_loop import EpochLoop
 from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange
+from tpsl_flwr.strategies.for_labels import for_labels as _for_labels
 from tpsl_flwr.strategies.node_count import refuse_extra_nodes, wait_for_nodes
 from tpsl_flwr.strategies.release_check import check_release
 from tpsl_flwr.validation.best_epoch import BestEpoch
@@ -135,8 +136,11 @@ class TPSLStrategy(Strategy):
         :mod:`~tpsl_flwr.wire.wire_dtype`).
 
     See ``docs/embedding.md`` for the contracts of both parties and for
-    resuming an embedded run.
+    resuming an embedded run. :meth:`for_labels` builds the label party,
+    its store and its release in one call.
     """
+
+    for_labels = classmethod(_for_labels)  # type: ignore[var-annotated]
 
     def __init__(
         self,
@@ -170,6 +174,13 @@ class TPSLStrategy(Strategy):
         if num_nodes is not None:
             check_int(num_nodes, "num_nodes")
         self.poll_interval = check_positive_finite(poll_interval, "poll_interval")
+        if release is not None and release.resumed and store is None:
+            raise ConfigError(
+                f"release {release.key.fingerprint} resumes a run: pass the store "
+                "it was opened from (store=LabelStore(label_dir)); without it "
+                "this run's epochs would not be checkpointed, and the next resume "
+                "would train them again under the same key"
+            )
         self.party = label_party
         self.test_labels = test_labels
         self.batch_size = batch_size
@@ -234,6 +245,11 @@ class TPSLStrategy(Strategy):
         return self._resumed or self.loop.released
 
     @property
+    def release(self) -> Release | None:
+        """The release this strategy trains under (None: a key of its own)."""
+        return self._release
+
+    @property
     def privacy(self) -> PrivacySpent:
         """The privacy this run spends per label (for ``self.epochs`` epochs)."""
         return privacy_spent(
@@ -285,7 +301,9 @@ class TPSLStrategy(Strategy):
         a zeros row).
         """
         node_ids = wait_for_nodes(grid, self.num_nodes, self.node_wait)
-        hello = hello_messages(node_ids, resume_epoch)  # may start each node's app
+        hello = hello_messages(  # may start each node's app
+            node_ids, resume_epoch, checkpoints=self.store is not None
+        )
         replies = exchange(grid, hello, timeout + self.node_wait, self.poll_interval)
         nodes = describe_nodes(replies, node_ids, self.num_nodes)
         refuse_extra_nodes(nodes, self.num_nodes)
@@ -450,6 +468,20 @@ class TPSLStrategy(Strategy):
             self.history = list(release.history)
             if self.best is not None and "best" in release.party_state:
                 self.best.load_state_dict(release.party_state["best"])
+            log(
+                INFO,
+                "resuming after epoch %d of %d (key %s)",
+                release.start_epoch,
+                self.epochs,
+                self.party.key.fingerprint,
+            )
+        elif release.resumed:
+            log(
+                INFO,
+                "resuming from epoch 1: the run stopped before its first checkpoint "
+                "(key %s, the same release)",
+                self.party.key.fingerprint,
+            )
 
     def save_checkpoint(self, epoch: int) -> None:
         """With a store: save the label party's state (and best epoch) and history."""

@@ -109,11 +109,19 @@ def check_replies(
     return by_node
 
 
-def hello_messages(node_ids: Sequence[int], resume_epoch: int | None) -> list[Message]:
-    """Ask each node to describe itself (and, on resume, to load its checkpoint)."""
+def hello_messages(
+    node_ids: Sequence[int], resume_epoch: int | None, *, checkpoints: bool = False
+) -> list[Message]:
+    """Ask each node to describe itself (and, on resume, to load its checkpoint).
+
+    ``checkpoints``: the label party will ask for a checkpoint every epoch,
+    so a node without a checkpoint folder refuses now, before the first step.
+    """
     config = ConfigRecord(
         {} if resume_epoch is None else {P.RESUME_EPOCH: resume_epoch}
     )
+    if checkpoints:
+        config[P.CHECKPOINTS] = 1
     return [
         Message(RecordDict({P.CONFIG: config}), dst_node_id=n, message_type=P.MSG_HELLO)
         for n in node_ids

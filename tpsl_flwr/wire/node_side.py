@@ -238,6 +238,8 @@ class NonLabelHandlers:
                 context.state[BEST_KEY] = _state_record(
                     saved["best"], int(saved["best_epoch"])
                 )
+        if P.CHECKPOINTS in config:  # refused now, not after the first epoch
+            self._checkpoint_file(context, "save a checkpoint after every epoch")
         self._save(party, context)  # version 0: later messages find this party
         partition, parties = partition_of(context)
         width = int(party.embed(np.array([0]), "train").shape[1])
@@ -340,6 +342,13 @@ def make_client_app(
         node as one line naming its partition and the root cause
         (:func:`~tpsl_flwr.wire.node_edge.node_failure`).
 
+    Raises
+    ------
+    ConfigError
+        At once, for a ``factory`` that is not callable, ``mods`` that are
+        not a list of callables, or a ``checkpoint_dir`` that is neither a
+        folder, a function nor None (an empty path included).
+
     Examples
     --------
     >>> from pathlib import Path
@@ -351,12 +360,39 @@ def make_client_app(
     ...     checkpoint_dir=lambda context: Path(context.run_config["out-dir"]),
     ... )
     """
+    check_app_arguments(factory, mods, checkpoint_dir)
     handlers = NonLabelHandlers(factory, checkpoint_dir)
     client_app = ClientApp(mods=mods)
     client_app.query("hello")(_at_the_edge(handlers.hello))
     client_app.train()(_at_the_edge(handlers.step))
     client_app.query()(_at_the_edge(handlers.step))
     return client_app
+
+
+def check_app_arguments(factory: object, mods: object, checkpoint_dir: object) -> None:
+    """Refuse :func:`make_client_app`'s arguments at once, naming the bad one.
+
+    Examples
+    --------
+    >>> check_app_arguments(lambda context: None, None, "")
+    Traceback (most recent call last):
+    ...
+    tpsl_flwr.errors.ConfigError: checkpoint_dir must be a folder, a function (context) -> folder | None, or None, got ''
+    """  # noqa: E501
+    if not callable(factory):
+        raise ConfigError(
+            f"factory must be a function (context) -> NonLabelParty, got {factory!r}"
+        )
+    if mods is not None and not (
+        isinstance(mods, list) and all(callable(m) for m in mods)
+    ):
+        raise ConfigError(f"mods must be a list of Flower mods, got {mods!r}")
+    folder = isinstance(checkpoint_dir, str | Path) and str(checkpoint_dir) != ""
+    if not (checkpoint_dir is None or callable(checkpoint_dir) or folder):
+        raise ConfigError(
+            "checkpoint_dir must be a folder, a function (context) -> folder | "
+            f"None, or None, got {checkpoint_dir!r}"
+        )
 
 
 def _stated_partition(node_config: dict[str, Any]) -> tuple[int, int] | None:

@@ -46,6 +46,8 @@ ROUND = "round"
 SPLIT = "split"
 CHECKPOINT_EPOCH = "checkpoint-epoch"
 RESUME_EPOCH = "resume-epoch"
+CHECKPOINTS = "checkpoints"
+"""In a hello: the label party will ask for a checkpoint after every epoch."""
 SPLITS = "splits"
 """Comma-separated split of each batch of :data:`NEW_IDS` (overrides SPLIT)."""
 BATCH_ROWS = "batch-rows"
@@ -86,6 +88,7 @@ ALLOWED_CONFIG_KEYS = frozenset(
         BATCH_ROWS,
         GRAD_ROWS,
         CHECKPOINT_EPOCH,
+        CHECKPOINTS,
         RESUME_EPOCH,
         LR_SCALE,
         KEEP_BEST,

@@ -2,7 +2,7 @@
 
 The node reads ``party-<partition-id>.csv`` only: its feature columns and record
 ids, never a label. The protocol handlers come from
-:func:`tpsl_flwr.wire.node_side.make_client_app`.
+:func:`tpsl_flwr.make_client_app`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from pathlib import Path
 from flwr.app import Context
 
 from binary_tabular.task import AppConfig, make_party
-from tpsl_flwr.parties import NonLabelParty
-from tpsl_flwr.wire.node_side import make_client_app
+from tpsl_flwr import NonLabelParty, make_client_app
 
 
 def node_party(context: Context) -> NonLabelParty:

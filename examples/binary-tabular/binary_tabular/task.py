@@ -14,7 +14,6 @@ party, so the rows of the files may come in any order.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,12 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from tpsl_flwr import make_mechanism
+from tpsl_flwr import NonLabelParty, TPSLStrategy, adam
 from tpsl_flwr.models import BottomModel, TopModel
-from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
-from tpsl_flwr.privacy.accounting import privacy_spent
-from tpsl_flwr.release import LabelRecords, LabelStore, NoiseBinding
-from tpsl_flwr.strategies import TPSLStrategy
 
 APP_DIR = Path(__file__).resolve().parents[1]
 """The app folder (holds ``pyproject.toml``); relative paths resolve against it."""
@@ -135,20 +130,16 @@ def split_rows(record_ids: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def load_labels(data_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The label party's data: train labels, test labels and all record ids.
+    """The label party's data: train labels, test labels, their record ids.
 
-    Reads ``labels.csv`` only; no feature file is opened.
+    Reads ``labels.csv`` only; no feature file is opened. The record ids are
+    the train labels' then the test labels', in wire-id order.
     """
     ids, values, _ = read_table(Path(data_dir) / LABEL_FILE)
     labels = values[:, 0].astype(np.int64)
     rows = split_rows(ids)
-    return labels[rows["train"]], labels[rows["test"]], ids
-
-
-def label_records(data_dir: Path) -> LabelRecords:
-    """Every label with its record id (train and test): the set the ledger tracks."""
-    ids, values, _ = read_table(Path(data_dir) / LABEL_FILE)
-    return LabelRecords(ids, values[:, 0].astype(np.int64))
+    order = np.concatenate([rows["train"], rows["test"]])
+    return labels[rows["train"]], labels[rows["test"]], ids[order]
 
 
 def load_features(
@@ -212,45 +203,32 @@ def build_strategy(
     if data_dir is not None:
         cfg = AppConfig(**{**asdict(cfg), "data_dir": resolve(data_dir)})
     train_labels, test_labels, record_ids = load_labels(cfg.data_dir)
-    epsilon = None if cfg.mechanism == "none" else cfg.epsilon  # none: baseline
-    mechanism = make_mechanism(cfg.mechanism, epsilon=epsilon, num_classes=NUM_CLASSES)
-    store = LabelStore(cfg.label_dir)
-    id_space = {
-        "dataset": "binary-tabular",
-        "test-rule": f"record_id % {TEST_EVERY} == 0",
-        "ids": hashlib.sha256(record_ids.tobytes()).hexdigest()[:16],
-    }
-    binding = NoiseBinding.of(
-        mechanism=mechanism, placement="logits", reuse_noise=True, id_space=id_space
-    )
-    # A fresh release, recorded in the label party's privacy ledger before any
-    # gradient leaves; a further release of the same labels is refused unless
-    # acknowledged (`tpsl-flwr ledger acknowledge LABEL_DIR`).
-    release = store.open_release(
-        binding,
-        resume=False,
-        labels=label_records(cfg.data_dir),
-        privacy=privacy_spent(mechanism=mechanism, epochs=cfg.epochs),
-        run_name="binary-tabular",
-    )
     top = TopModel(
         cfg.num_parties * cfg.embedding_dim,
         hidden=(cfg.hidden,),
         num_outputs=1,
         generator=torch.Generator().manual_seed(cfg.seed),
     )
-    party = LabelParty(
-        top, train_labels, mechanism, release.key, optimizer=adam(cfg.lr)
-    )
-    return TPSLStrategy(
-        party,
+    # One call: the mechanism, the noise key bound to these settings, the
+    # release (recorded in the label party's privacy ledger before any
+    # gradient leaves; a further release of the same labels is refused unless
+    # acknowledged: `tpsl-flwr ledger acknowledge LABEL_DIR`), checkpoints.
+    return TPSLStrategy.for_labels(
+        top,
+        train_labels=train_labels,
         test_labels=test_labels,
-        batch_size=cfg.batch_size,
+        record_ids=record_ids,
+        num_classes=NUM_CLASSES,
+        mechanism=cfg.mechanism,
+        epsilon=None if cfg.mechanism == "none" else cfg.epsilon,  # none: baseline
         epochs=cfg.epochs,
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
         order_seed=cfg.seed,
         num_nodes=cfg.num_parties,
-        store=store,
-        release=release,
+        label_dir=cfg.label_dir,
+        id_space={"dataset": "binary-tabular"},
+        run_name="binary-tabular",
     )
 
 

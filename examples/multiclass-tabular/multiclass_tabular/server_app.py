@@ -3,7 +3,7 @@
 It reads only ``labels.csv`` (never a feature file), trains the top model on the
 nodes' embeddings, sends back only perturbed gradients, and writes
 ``out-dir/results.json`` under the run-folder rules, in one line
-(:func:`tpsl_flwr.simulations.run_in_folder`: atomic results, ``FAILED`` with
+(:func:`tpsl_flwr.run_in_folder`: atomic results, ``FAILED`` with
 the one-line error on failure, an earlier run's results kept as
 ``results.previous.json``).
 """
@@ -18,7 +18,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from multiclass_tabular.task import AppConfig, build_strategy, results_of
-from tpsl_flwr.simulations import run_in_folder
+from tpsl_flwr import run_in_folder
 
 app = ServerApp()
 

@@ -2,7 +2,7 @@
 
 The node reads ``party-<partition-id>.csv`` only: its feature columns and record
 ids, never a label. The protocol handlers come from
-:func:`tpsl_flwr.wire.node_side.make_client_app`, which checks the node config
+:func:`tpsl_flwr.make_client_app`, which checks the node config
 (``partition-id``, ``num-partitions`` against the run's ``num-parties``)
 before :func:`node_party` runs.
 """
@@ -14,8 +14,7 @@ from pathlib import Path
 from flwr.app import Context
 
 from three_party_categorical.task import AppConfig, make_party
-from tpsl_flwr.parties import NonLabelParty
-from tpsl_flwr.wire.node_side import make_client_app
+from tpsl_flwr import NonLabelParty, make_client_app
 
 
 def node_party(context: Context) -> NonLabelParty:

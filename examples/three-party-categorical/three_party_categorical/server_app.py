@@ -3,7 +3,7 @@
 It reads only ``labels.csv`` (never a feature file), trains its own top model
 on the three nodes' embeddings, sends back only perturbed gradients, and
 follows the run-folder rules in one line
-(:func:`tpsl_flwr.simulations.run_in_folder`): ``out-dir/results.json``
+(:func:`tpsl_flwr.run_in_folder`): ``out-dir/results.json``
 written atomically when the run finishes, ``out-dir/FAILED`` with the one-line
 error when it does not, an earlier run's results kept as
 ``results.previous.json``.
@@ -15,7 +15,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from three_party_categorical.task import AppConfig, train
-from tpsl_flwr.simulations import run_in_folder
+from tpsl_flwr import run_in_folder
 
 app = ServerApp()
 

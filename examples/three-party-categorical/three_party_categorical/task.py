@@ -15,7 +15,6 @@ files may come in any order.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from logging import INFO
@@ -27,11 +26,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from three_party_categorical.models import ConcatTop, MixedBottom
-from tpsl_flwr import make_mechanism
-from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
-from tpsl_flwr.privacy.accounting import privacy_spent
-from tpsl_flwr.release import LabelRecords, LabelStore, NoiseBinding
-from tpsl_flwr.strategies import TPSLStrategy
+from tpsl_flwr import NonLabelParty, TPSLStrategy, adam
 
 APP_DIR = Path(__file__).resolve().parents[1]
 """The app folder (holds ``pyproject.toml``); relative paths resolve against it."""
@@ -126,15 +121,17 @@ def split_rows(record_ids: np.ndarray) -> dict[str, np.ndarray]:
     return {"train": np.flatnonzero(~test), "test": np.flatnonzero(test)}
 
 
-def load_labels(data_dir: Path) -> tuple[np.ndarray, np.ndarray, LabelRecords]:
-    """The label party's data: train labels, test labels, every labelled record.
+def load_labels(data_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The label party's data: train labels, test labels, their record ids.
 
-    Reads ``labels.csv`` only; no feature file is opened.
+    Reads ``labels.csv`` only; no feature file is opened. The record ids are
+    the train labels' then the test labels', in wire-id order.
     """
     ids, values, _ = read_table(Path(data_dir) / LABEL_FILE)
     labels = values[:, 0].astype(np.int64)
     rows = split_rows(ids)
-    return labels[rows["train"]], labels[rows["test"]], LabelRecords(ids, labels)
+    order = np.concatenate([rows["train"], rows["test"]])
+    return labels[rows["train"]], labels[rows["test"]], ids[order]
 
 
 def load_features(
@@ -193,47 +190,34 @@ def build_strategy(run_config: Mapping[str, Any]) -> TPSLStrategy:
         Ready for ``strategy.start(grid=grid)``.
     """
     cfg = AppConfig.from_run_config(run_config)
-    train_labels, test_labels, records = load_labels(cfg.data_dir)
-    epsilon = None if cfg.mechanism == "none" else cfg.epsilon  # none: baseline
-    # num_classes: the mechanism draws one coefficient per class (default 2).
-    mechanism = make_mechanism(cfg.mechanism, epsilon=epsilon, num_classes=NUM_CLASSES)
-    store = LabelStore(cfg.label_dir)
-    id_space = {
-        "dataset": "three-party-categorical",
-        "test-rule": f"record_id % {TEST_EVERY} == 0",
-        "ids": hashlib.sha256(records.ids.tobytes()).hexdigest()[:16],
-    }
-    binding = NoiseBinding.of(
-        mechanism=mechanism, placement="logits", reuse_noise=True, id_space=id_space
-    )
-    # A fresh release, recorded in the label party's privacy ledger before any
-    # gradient leaves; a further release of the same labels is refused unless
-    # acknowledged (`tpsl-flwr ledger acknowledge LABEL_DIR`).
-    release = store.open_release(
-        binding,
-        resume=False,
-        labels=records,
-        privacy=privacy_spent(mechanism=mechanism, epochs=cfg.epochs),
-        run_name="three-party-categorical",
-    )
+    train_labels, test_labels, record_ids = load_labels(cfg.data_dir)
     top = ConcatTop(
         cfg.num_parties * cfg.embedding_dim,
         hidden=cfg.hidden,
         num_classes=NUM_CLASSES,
         seed=cfg.seed,
     )
-    party = LabelParty(
-        top, train_labels, mechanism, release.key, optimizer=adam(cfg.lr)
-    )
-    return TPSLStrategy(
-        party,
+    # One call: the mechanism, the noise key bound to these settings, the
+    # release (recorded in the label party's privacy ledger before any
+    # gradient leaves; a further release of the same labels is refused unless
+    # acknowledged: `tpsl-flwr ledger acknowledge LABEL_DIR`), checkpoints.
+    return TPSLStrategy.for_labels(
+        top,
+        train_labels=train_labels,
         test_labels=test_labels,
-        batch_size=cfg.batch_size,
+        record_ids=record_ids,
+        # the mechanism draws one coefficient per class (default 2)
+        num_classes=NUM_CLASSES,
+        mechanism=cfg.mechanism,
+        epsilon=None if cfg.mechanism == "none" else cfg.epsilon,  # none: baseline
         epochs=cfg.epochs,
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
         order_seed=cfg.seed,
         num_nodes=cfg.num_parties,
-        store=store,
-        release=release,
+        label_dir=cfg.label_dir,
+        id_space={"dataset": "three-party-categorical"},
+        run_name="three-party-categorical",
     )
 
 
