@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
-from tpsl_flwr.experiments.training_settings import (
+from tpsl_flwr.experiments.training_settings import training_of
+from tpsl_flwr.parties.training_rules import (
     BASE_LR,
     BESIDE_FTRL_LR,
     MAX_LR,
     resolve_training,
-    training_of,
 )
 
 
@@ -159,7 +159,7 @@ def test_bad_values_are_refused_naming_them(field, value, message):
 def test_auto_denoise_follows_the_noise_and_the_public_schema(
     mechanism, classes, epsilon, expected
 ):
-    from tpsl_flwr.experiments.training_settings import resolve_denoise
+    from tpsl_flwr.parties.training_rules import resolve_denoise
 
     got = resolve_denoise("auto", mechanism, classes=classes, epsilon=epsilon)
     assert got == expected

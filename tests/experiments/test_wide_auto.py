@@ -21,7 +21,7 @@ from tpsl_flwr.experiments.architecture import build_bottom, build_top
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.config_fields import FIELD_HELP
 from tpsl_flwr.experiments.run import run_inprocess_experiment
-from tpsl_flwr.experiments.training_settings import BESIDE_FTRL_LR, training_of
+from tpsl_flwr.experiments.training_settings import training_of
 from tpsl_flwr.experiments.wide_settings import (
     WIDE_AUTO_MAX_ROWS,
     has_wide,
@@ -29,6 +29,7 @@ from tpsl_flwr.experiments.wide_settings import (
 )
 from tpsl_flwr.parties import NonLabelParty
 from tpsl_flwr.parties.ftrl import FtrlProximal
+from tpsl_flwr.parties.training_rules import BESIDE_FTRL_LR
 from tpsl_flwr.simulations.node_app import builtin_party
 from tpsl_flwr.testing import write_avazu, write_criteo
 from tpsl_flwr.wire.node_side import make_client_app

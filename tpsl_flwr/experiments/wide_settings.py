@@ -16,7 +16,7 @@ default): ``ftrl`` where ``wide = "auto"`` turned the wide part on, ``adam``
 with an explicit ``wide = "on"`` (as before). ``lr`` then sets the deep and top
 parts' rate apart from the wide part's ``wide-lr``; ``lr = 0`` (auto) resolves
 to 1e-3 beside FTRL
-(:func:`~tpsl_flwr.experiments.training_settings.resolve_training`). Helpers of
+(:func:`~tpsl_flwr.parties.training_rules.resolve_training`). Helpers of
 :class:`~tpsl_flwr.experiments.config.ExperimentConfig`.
 
 ``wide-l2`` (default 2) is in the units of the summed batch-mean gradients
