@@ -227,7 +227,12 @@ def plot(results: dict[str, Any], path: str | Path | IO[bytes]) -> None:
     ax.set_title(
         f"{results['dataset']}: {results['mechanism']}, "
         f"epsilon spent {epsilon_text(results['epsilon_spent'])} "
-        f"(total {results_total_text(results)})"
+        + (
+            f"(total {results_total_text(results)})"
+            if results.get("run_kind") is None
+            else f"({results['run_kind']}; total of releases "
+            f"{results_total_text(results)})"
+        )
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
