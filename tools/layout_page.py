@@ -10,7 +10,6 @@ the tree.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import re
 import sys
@@ -18,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tests.test_layout import LAYERS
+from tools.generated_page import PROJECT_ROOT, page_main
 
 __all__ = ["COMMAND", "LAYOUT", "PROJECT_ROOT", "main", "render"]
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 """The source tree this script sits in (``tpsl_flwr/`` and ``docs/``)."""
 LAYOUT = Path("docs") / "layout.md"
 """The generated page, relative to the project root."""
@@ -140,29 +139,13 @@ def render(root: Path = PROJECT_ROOT) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Write (or with ``--check``, compare) the layout page; the exit status."""
-    parser = argparse.ArgumentParser(
-        prog=COMMAND, description=__doc__.splitlines()[0] if __doc__ else None
+    return page_main(
+        argv,
+        command=COMMAND,
+        description=__doc__.splitlines()[0] if __doc__ else None,
+        page=LAYOUT,
+        render=render,
     )
-    parser.add_argument(
-        "--root", type=Path, default=PROJECT_ROOT, help="the project's folder"
-    )
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing; exit 1 if the committed page is out of date",
-    )
-    args = parser.parse_args(argv)
-    page = render(args.root)
-    target = args.root / LAYOUT
-    if args.check:
-        current = target.read_text(encoding="utf-8") if target.exists() else ""
-        if current != page:
-            print(f"{LAYOUT} is out of date: run `{COMMAND}`", file=sys.stderr)
-            return 1
-        return 0
-    target.write_text(page, encoding="utf-8")
-    print(f"wrote {target}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tools.generated_page import PROJECT_ROOT, page_main
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -37,7 +39,6 @@ from tpsl_flwr.experiments.config_fields import FIELD_CHOICES, FIELD_HELP
 
 __all__ = ["PROJECT_ROOT", "REFERENCE", "app_config", "main", "render"]
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 """The source tree this script sits in (``pyproject.toml`` and ``docs/``)."""
 REFERENCE = Path("docs") / "reference.md"
 """The generated page, relative to the project root."""
@@ -331,29 +332,13 @@ def render(root: Path = PROJECT_ROOT) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Write (or with ``--check``, compare) the reference page; the exit status."""
-    parser = argparse.ArgumentParser(
-        prog=COMMAND, description=__doc__.splitlines()[0] if __doc__ else None
+    return page_main(
+        argv,
+        command=COMMAND,
+        description=__doc__.splitlines()[0] if __doc__ else None,
+        page=REFERENCE,
+        render=render,
     )
-    parser.add_argument(
-        "--root", type=Path, default=PROJECT_ROOT, help="the project's folder"
-    )
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing; exit 1 if the committed page is out of date",
-    )
-    args = parser.parse_args(argv)
-    page = render(args.root)
-    target = args.root / REFERENCE
-    if args.check:
-        current = target.read_text(encoding="utf-8") if target.exists() else ""
-        if current != page:
-            print(f"{REFERENCE} is out of date: run `{COMMAND}`", file=sys.stderr)
-            return 1
-        return 0
-    target.write_text(page, encoding="utf-8")
-    print(f"wrote {target}")
-    return 0
 
 
 if __name__ == "__main__":
