@@ -32,6 +32,17 @@ def add_parser(subparsers: Any) -> None:
     sweep.add_argument("--out-dir", default=None, help="default: sweep-<config name>")
     sweep.add_argument("--engine", choices=ENGINES, default="local", help=ENGINE_HELP)
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sweep.add_argument(
+        "--data-path",
+        default=None,
+        help="the Criteo/Avazu file, in place of the config's [experiment] data-path",
+    )
+    sweep.add_argument(
+        "--cache-dir",
+        default=None,
+        help="folder of the encoded-file cache, in place of the config's "
+        "[experiment] cache-dir (default: .tpsl-cache beside the data file)",
+    )
     add_release_flags(sweep)
     sweep.set_defaults(handler=cmd_sweep)
 
@@ -40,7 +51,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """``sweep``: every unfinished run of a grid, then its tables and plots."""
     from tpsl_flwr.experiments.sweep.run import describe, load_sweep, run_sweep
 
-    grid = load_sweep(args.config)
+    given = {"data-path": args.data_path, "cache-dir": args.cache_dir}
+    grid = load_sweep(args.config, {k: v for k, v in given.items() if v is not None})
     out = args.out_dir or f"sweep-{Path(args.config).stem}"
     print(f"tpsl-flwr sweep: {describe(grid)}; out-dir {out}", file=sys.stderr)
     done = run_sweep(

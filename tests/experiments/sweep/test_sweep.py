@@ -20,6 +20,7 @@ from tpsl_flwr.experiments.sweep.run import (
     run_row,
     run_sweep,
 )
+from tpsl_flwr.testing import write_avazu, write_criteo
 
 TINY = """
 [grid]
@@ -440,8 +441,6 @@ def test_data_scale_config_parses():
 
 def test_paper_scale_config_parses(tmp_path):
     # Arrange: the shipped grid, pointed at a small generated file of the format
-    from tpsl_flwr.testing.ctr_generator import write_criteo
-
     data = tmp_path / "criteo-45m.txt"
     write_criteo(data, 50, seed=0)
     text = (CONFIGS / "paper_scale.toml").read_text()
@@ -757,3 +756,28 @@ def test_tiny_denoise_sweep_runs_pairs_on_one_key(tmp_path):
     assert results[laplace.format("posterior")]["config"]["lr-schedule"] == "cosine"
     tables = (tmp_path / "out" / "tables.md").read_text()
     assert "## Denoise side by side" in tables
+
+
+@pytest.mark.parametrize(
+    "name, dataset", [("criteo_small", "criteo"), ("avazu_small", "avazu")]
+)
+def test_small_file_configs_take_the_users_file_os_keys_and_five_seeds(
+    tmp_path, name, dataset
+):
+    # Arrange: a generated file of the config's format
+    write = write_criteo if dataset == "criteo" else write_avazu
+    data = write(tmp_path / f"{dataset}.txt", 300, seed=2).path
+    given = {"data-path": str(data), "cache-dir": str(tmp_path / "cache")}
+
+    # Execute
+    grid = load_sweep(CONFIGS / f"{name}.toml", given)
+
+    # Assert: the CLI's file and cache folder, keys from the OS, 5 seeds
+    configs = [spec.config for spec in grid.runs()]
+    assert len(configs) == 5 * (1 + 2 * 5 + 5)
+    assert {c.dataset for c in configs} == {dataset}
+    assert {(c.data_path, c.cache_dir) for c in configs} == {
+        (str(data), str(tmp_path / "cache"))
+    }
+    assert {c.noise_seed for c in configs} == {-1}
+    assert sorted({c.seed for c in configs}) == [0, 1, 2, 3, 4]
