@@ -100,8 +100,13 @@ class Point:
     spread: str  # SEEDS, OWN_SE, or "" (one run that reports no SE)
 
 
-def _label(param: str, level: float) -> str:
-    """A point's label: ``ε=1``, sigma's symbol ``=0.5``, ``power=4``."""
+def _label(param: str, level: float, mechanism: str) -> str:
+    """A point's label: ``ε=1``, sigma's symbol ``=0.5``, ``power=4``.
+
+    A mechanism without a parameter is labelled with its name.
+    """
+    if math.isnan(level):
+        return mechanism
     return f"{SYMBOLS.get(param, param)}={level:g}"
 
 
@@ -231,13 +236,13 @@ def _level_points(
         if x_key is None:
             x, xerr, x_spread = _x_epsilon(part), 0.0, ""
         elif x_key == param:
-            x, xerr, x_spread = level, 0.0, ""
+            # A mechanism without a parameter: its one level at x = 0.
+            x, xerr, x_spread = (0.0 if math.isnan(level) else level), 0.0, ""
         else:
             x, xerr, x_spread = estimate(part, x_key)
         y, yerr, spread = estimate(part, y_key)
-        out.append(
-            Point(_label(param, level), x, xerr, y, yerr, len(part), spread or x_spread)
-        )
+        label = _label(param, level, str(part[0]["mechanism"]))
+        out.append(Point(label, x, xerr, y, yerr, len(part), spread or x_spread))
     return out
 
 
@@ -387,7 +392,13 @@ def _attacks_panel(
         if eps.size:
             grid = np.geomspace(eps.min(), eps.max(), 50) if eps.min() > 0 else eps
             ceiling = [auc_bound(float(e)) for e in grid]
-            style = {"color": "k", "lw": 1.5}
+            style = {
+                "color": "k",
+                "lw": 1.5,
+                "marker": "_",
+                "ms": 14,
+                "markevery": [0, -1],
+            }
             name = "ε-DP ceiling (any attack)"
             rec.line(ax, panel, name, (list(grid), ceiling), **style)
         if values_of(runs, "auc_bound_without_prior").size:
@@ -526,7 +537,7 @@ def _done(
     """Title, one legend beside the panels and the caption under them."""
     caption = _caption(rec, rows, notes)
     kind = "last" if epoch_note(rows) == "last epoch" else "best"
-    fig.suptitle(f"{title} ({kind} epoch)")
+    fig.suptitle(f"{title} ({kind} epoch)", x=0.02, ha="left")
     handles: dict[str, Any] = {}
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):

@@ -31,6 +31,7 @@ from tpsl_flwr.experiments.sweep.stats import (
     denoise_parts,
     denoise_values,
     estimate,
+    level_text,
     levels,
     report_groups,
     utility_key,
@@ -231,6 +232,6 @@ def summary_csv(rows: Sequence[Row]) -> str:
                 for denoise, part in denoise_parts(level_rows, values):
                     row = _summary_row(name, denoise, part)
                     row["parameter"] = name_of_level or ""
-                    row["level"] = "" if level is None else f"{level:g}"
+                    row["level"] = "" if level is None else level_text(level)
                     writer.writerow(row)
     return text.getvalue()

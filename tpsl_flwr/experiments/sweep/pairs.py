@@ -21,6 +21,7 @@ from tpsl_flwr.experiments.sweep.stats import (
     Row,
     cell,
     denoise_values,
+    level_text,
     levels,
     markdown_table,
     report_groups,
@@ -35,7 +36,7 @@ def _levels(runs: Sequence[Row], param: str | None) -> dict[str, list[Row]]:
     """Runs per level label (``-`` for the one level of no protection)."""
     if param is None:
         return {"-": list(runs)} if runs else {}
-    return {f"{level:g}": part for level, part in levels(runs, param).items()}
+    return {level_text(level): part for level, part in levels(runs, param).items()}
 
 
 def pairs_markdown(rows: Sequence[Row]) -> list[str]:

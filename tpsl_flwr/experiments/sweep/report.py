@@ -63,6 +63,7 @@ from tpsl_flwr.experiments.sweep.stats import (
     denoise_values,
     key_cell,
     key_line,
+    level_text,
     levels,
     markdown_table,
     report_groups,
@@ -128,7 +129,7 @@ def tables_markdown(rows: Sequence[Row]) -> str:
             for level, level_rows in levels(runs, param).items():
                 for denoise, part in denoise_parts(level_rows, values):
                     body.append(
-                        [name, f"{level:g}", *_given(denoise)]
+                        [name, level_text(level), *_given(denoise)]
                         + [epsilon_cell(part) for _ in extra]
                         + [cell(part, utility)]
                         + [cell(part, k) for k in ("norm", "cosine", "spectral", sda)]

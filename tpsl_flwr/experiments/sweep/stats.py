@@ -145,10 +145,31 @@ def attack_directions(attacks: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+NO_LEVEL = math.nan
+"""The level of a mechanism that takes no parameter (one object: a dict key)."""
+
+
 def level_of(row: Row, param: str) -> float:
-    """A row's value of ``param`` (its ``level`` cell when it has no such column)."""
+    """A row's value of ``param`` (its ``level`` cell when it has no such column).
+
+    :data:`NO_LEVEL` where the row has neither (a mechanism without a
+    parameter, such as a heuristic defense).
+    """
     value = row.get(param)
-    return float(row["level"] if value in (None, "") else value)
+    if value in (None, ""):
+        value = row.get("level")
+    return NO_LEVEL if value in (None, "") else float(value)
+
+
+def level_text(level: float) -> str:
+    """A level for a table cell: ``-`` for :data:`NO_LEVEL`.
+
+    Examples
+    --------
+    >>> level_text(0.5), level_text(NO_LEVEL)
+    ('0.5', '-')
+    """
+    return "-" if math.isnan(level) else f"{level:g}"
 
 
 def cell(rows: Sequence[Row], key: str) -> str:
@@ -470,5 +491,5 @@ def panels(
     )
     flat = list(axes.flat)
     for ax in flat[count:]:
-        ax.set_visible(False)
+        fig.delaxes(ax)
     return fig, flat[:count]
