@@ -30,7 +30,13 @@ from tpsl_flwr.release.ledger import DELTA
 Row = dict[str, Any]
 
 UTILITY_LABEL = {"test_auc": "test AUC", "test_accuracy": "test accuracy"}
-COLORS = {"laplace": "C0", "discrete": "C1", "gaussian": "C2"}
+COLORS = {
+    "laplace": "C0",
+    "discrete": "C1",
+    "gaussian": "C2",
+    "rr-prior": "C5",
+    "marvell": "C4",
+}
 PANELS_PER_ROW = 3
 UNCERTAIN_ATTACKS = ("norm", "cosine", "spectral", "sda", "sda_top1")
 """Attacks whose standard error a row carries as ``<name>_se``."""
@@ -40,7 +46,11 @@ PROTECTED = (
     ("laplace", "epsilon", "Table 2: Laplace GradPerturb"),
     ("discrete", "epsilon", "Table 3: Discrete GradPerturb (randomized response)"),
     ("gaussian", "sigma", "Gaussian baseline (no pure DP)"),
+    ("rr-prior", "epsilon", "RR-with-prior (Ghazi et al. 2021), eps-label-DP"),
+    ("marvell", "marvell_power", "Marvell (Li et al. 2022): no DP guarantee"),
 )
+"""Each swept mechanism with a parameter: its name, parameter and table title.
+``max-norm`` takes no parameter and has no table (its rows are in runs.csv)."""
 
 
 def utility_key(rows: Iterable[Row]) -> str:
@@ -349,7 +359,7 @@ def denoise_parts(
 
 
 def levels(rows: Iterable[Row], param: str) -> dict[float, list[Row]]:
-    """Rows per value of ``param`` (``epsilon`` or ``sigma``), smallest first."""
+    """Rows per value of ``param`` (``epsilon``, ``sigma``, ...), smallest first."""
     groups: dict[float, list[Row]] = defaultdict(list)
     for row in rows:
         groups[float(row[param])].append(row)
