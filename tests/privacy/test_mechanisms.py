@@ -109,21 +109,39 @@ def test_each_mechanism_takes_its_parameter_and_ignores_the_other():
 def test_the_registry_declares_each_mechanism_in_one_place():
     from tpsl_flwr.privacy.mechanisms import REGISTRY, parameter_of
 
-    assert MECHANISMS == ("none", "laplace", "discrete", "gaussian")
+    assert MECHANISMS == (
+        "none",
+        "laplace",
+        "discrete",
+        "gaussian",
+        "marvell",
+        "max-norm",
+        "rr-prior",
+    )
     assert set(REGISTRY) == set(MECHANISMS)
     assert [parameter_of(n) for n in MECHANISMS] == [
         None,
         "epsilon",
         "epsilon",
         "sigma",
+        "marvell_power",
+        None,
+        "epsilon",
     ]
     for name in MECHANISMS:
-        mechanism = make_mechanism(name, epsilon=1.0, sigma=1.0)
+        mechanism = make_mechanism(name, epsilon=1.0, sigma=1.0, marvell_power=1.0)
         # Every mechanism declares its sampler, event and closed forms.
         assert 0.5 <= mechanism.expected_sda() <= 1.0
         assert set(mechanism.expected_noise()) == {"flip_rate", "mean_abs_noise"}
         assert mechanism.dp_event() is not None
         labels = np.array([0, 1, 1, 0])
+        if mechanism.gradient_noise:  # per batch of gradients, no label sampler
+            grads = np.arange(8.0).reshape(4, 2)
+            normals = np.ones((4, mechanism.noise_width(2)))
+            noisy_grads, _ = mechanism.perturb_batch(grads, labels, normals, None)
+            assert noisy_grads.shape == (4, 2)
+            assert not mechanism.dp_guarantee and mechanism.epsilon is None
+            continue
         noisy = mechanism.sample(labels, np.arange(4), KEY, 1, None)
         assert noisy.coefficients.shape == (4, 2)
         assert (noisy.additive is not None) == mechanism.additive

@@ -39,8 +39,10 @@ from tpsl_flwr.privacy.closed_forms import (
     top1_bound,
 )
 from tpsl_flwr.privacy.empirical import epsilon_lower_bound
+from tpsl_flwr.privacy.gradient_noise import gradient_noise_stream, perturb_gradients
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import Mechanism
+from tpsl_flwr.privacy.mechanisms.base import one_hot
 from tpsl_flwr.privacy.noisy_labels import (
     NoisyLabels,
     draw_noisy_labels,
@@ -64,6 +66,7 @@ class AuditResult:
     mechanism: str
     epsilon: float | None
     sigma: float | None
+    marvell_power: float | None
     classes: int
     samples: int
     seed: int
@@ -125,12 +128,44 @@ def mechanism_gradients(
     n = labels.size
     outputs = 1 if mechanism.is_binary else mechanism.num_classes
     ids = np.arange(n, dtype=np.int64)
-    noisy = draw_noisy_labels(mechanism, labels, ids, key)
     top = torch.nn.Identity()
     logits = torch.zeros((n, outputs), dtype=torch.float64)
-    received, _ = logits_placement_backward(top, logits, noisy)
     candidates = candidate_gradients(top, logits)
-    return (received * n).numpy(), candidates.numpy(), noisy
+    if mechanism.gradient_noise:
+        exact = candidates.numpy()[ids, labels]
+        received = _batch_noise(mechanism, exact, labels, key)
+        return (
+            received,
+            candidates.numpy(),
+            NoisyLabels(one_hot(labels, mechanism.num_classes), received - exact),
+        )
+    noisy = draw_noisy_labels(mechanism, labels, ids, key)
+    sent, _ = logits_placement_backward(top, logits, noisy)
+    return (sent * n).numpy(), candidates.numpy(), noisy
+
+
+AUDIT_BATCH = 256
+"""Batch size of the audit's per-batch mechanisms (Marvell, max-norm)."""
+
+
+def _batch_noise(
+    mechanism: Mechanism, exact: np.ndarray, labels: np.ndarray, key: NoiseKey
+) -> np.ndarray:
+    """The exact gradients perturbed :data:`AUDIT_BATCH` rows at a time."""
+    out = np.empty_like(exact)
+    reference = None
+    for step, start in enumerate(range(0, labels.size, AUDIT_BATCH)):
+        rows = slice(start, start + AUDIT_BATCH)
+        out[rows], reference = perturb_gradients(
+            mechanism,
+            exact[rows],
+            labels[rows],
+            ids=np.arange(labels.size, dtype=np.int64)[rows],
+            key=key,
+            stream=gradient_noise_stream(step),
+            reference=reference,
+        )
+    return out
 
 
 def run_audit(
@@ -214,6 +249,12 @@ def run_audit(
             verdict_of_ceiling = test.verdict
     elif mechanism.additive:
         notes.append("gaussian baseline: no pure epsilon, so no ceiling to check")
+    elif not mechanism.dp_guarantee:
+        notes.append(
+            f"{mechanism.name}: no DP guarantee, so no ceiling to check; its "
+            f"closed form is at z = 0 with balanced classes, in batches of "
+            f"{AUDIT_BATCH}"
+        )
     warning = no_op_warning(ceiling)
     if warning:
         notes.append(warning)
@@ -223,6 +264,7 @@ def run_audit(
         mechanism=mechanism.name,
         epsilon=epsilon,
         sigma=getattr(mechanism, "sigma", None),
+        marvell_power=getattr(mechanism, "power", None),
         classes=k,
         samples=samples,
         seed=seed,

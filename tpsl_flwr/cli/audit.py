@@ -40,13 +40,19 @@ def add_parser(subparsers: Any) -> None:
         "--epsilon",
         type=number("epsilon"),
         default=None,
-        help="privacy budget (laplace, discrete; default 1)",
+        help="privacy budget (laplace, discrete, rr-prior; default 1)",
     )
     audit.add_argument(
         "--sigma",
         type=number("sigma"),
         default=None,
         help="noise std of the gaussian baseline",
+    )
+    audit.add_argument(
+        "--marvell-power",
+        type=number("marvell-power"),
+        default=None,
+        help="marvell's power constraint scale s (P = s ||g1 - g0||^2; default 1)",
     )
     audit.add_argument("--classes", type=integer("classes", 2), default=2)
     audit.add_argument("--samples", type=integer("samples", 1000), default=100_000)
@@ -71,11 +77,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from tpsl_flwr.attacks.mechanism_audit import run_audit
     from tpsl_flwr.privacy.mechanisms import make_mechanism, parameter_of
 
-    epsilon = args.epsilon
+    epsilon, power = args.epsilon, args.marvell_power
     if epsilon is None and parameter_of(args.mechanism) == "epsilon":
         epsilon = 1.0
+    if power is None and parameter_of(args.mechanism) == "marvell_power":
+        power = 1.0
     mechanism = make_mechanism(
-        args.mechanism, epsilon=epsilon, sigma=args.sigma, num_classes=args.classes
+        args.mechanism,
+        epsilon=epsilon,
+        sigma=args.sigma,
+        marvell_power=power,
+        num_classes=args.classes,
     )
     result = run_audit(
         mechanism, samples=args.samples, seed=args.seed, prior=args.prior
@@ -94,13 +106,23 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _epsilon_cell(record: dict[str, Any]) -> Any:
+    """The audit's epsilon, or ``n/a (no DP guarantee)`` for a heuristic."""
+    from tpsl_flwr.privacy.epsilon_text import epsilon_text, has_dp_guarantee
+
+    if has_dp_guarantee(record["mechanism"]):
+        return record["epsilon"]
+    return epsilon_text(record["epsilon"], record["mechanism"])
+
+
 def format_audit_table(record: dict[str, Any]) -> str:
     """Render an audit result as a two-column text table."""
     measured = "sda_auc" if record["sda_auc"] is not None else "sda_top1"
     rows = [
         ("mechanism", record["mechanism"]),
-        ("epsilon", record["epsilon"]),
+        ("epsilon", _epsilon_cell(record)),
         ("sigma", record["sigma"]),
+        ("marvell-power", record.get("marvell_power")),
         ("classes", record["classes"]),
         ("samples", record["samples"]),
         (measured, record[measured]),

@@ -165,7 +165,8 @@ def ledger_text(ledger: Any) -> str:
                 f"key {entry['key_fingerprint']} "
                 f"({entry['key_origin']})"
                 f"  {setting}, {entry['placement']}, {entry['epochs']} epoch(s): "
-                f"epsilon {epsilon_text(entry['epsilon'])}  run {entry['run'] or '-'}"
+                f"epsilon {epsilon_text(entry['epsilon'], entry['mechanism'])}  "
+                f"run {entry['run'] or '-'}"
                 + ("  [acknowledged]" if entry["acknowledged"] else "")
             )
     return "\n".join(lines)

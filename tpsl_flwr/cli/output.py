@@ -47,9 +47,10 @@ def summary_line(command: str, results: dict[str, Any]) -> str:
 
     metric = "test_auc" if "test_auc" in results else "test_accuracy"
     kind = results.get("run_kind")
+    spent = epsilon_text(results["epsilon_spent"], results.get("mechanism"))
     parts = [
         f"{metric} {results.get(metric, float('nan')):.4f}",
-        f"epsilon spent {epsilon_text(results['epsilon_spent'])} "
+        f"epsilon spent {spent} "
         + (
             f"(total {results_total_text(results)})"
             if kind is None

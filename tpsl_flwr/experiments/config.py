@@ -53,7 +53,9 @@ LABEL_PARTY_ONLY = frozenset(
 class ExperimentConfig:
     """One TPSL experiment.
 
-    ``epsilon`` applies to ``laplace``/``discrete``, ``sigma`` to ``gaussian``.
+    ``epsilon`` applies to ``laplace``/``discrete``/``rr-prior``, ``sigma`` to
+    ``gaussian``, ``marvell_power`` (the scale ``s`` of Marvell's power
+    constraint ``P = s ||g1 - g0||^2``) to ``marvell``; ``max-norm`` takes none.
     ``noise_seed`` is label-party configuration, never run config (Flower hands
     the run config to every node, and whoever knows the seed can subtract the
     noise): ``< 0`` draws the noise key from the OS (secure); a seed makes the
@@ -89,6 +91,7 @@ class ExperimentConfig:
     mechanism: str = "laplace"
     epsilon: float = 1.0
     sigma: float = 1.0
+    marvell_power: float = 1.0
     placement: str = "logits"
     reuse_noise: bool = True
     epochs: int = 2
@@ -181,7 +184,7 @@ class ExperimentConfig:
                 "resume = true needs checkpoint = true (it continues from the "
                 "last epoch checkpoint), got checkpoint = false"
             )
-        # Validates mechanism, epsilon / sigma for the dataset's classes.
+        # Validates mechanism, epsilon / sigma / marvell-power for the classes.
         self.make_mechanism(schema_classes(self.dataset))
         self._check_parties()
 
@@ -339,13 +342,14 @@ class ExperimentConfig:
     def make_mechanism(self, num_classes: int) -> Mechanism:
         """The configured mechanism for ``num_classes`` classes.
 
-        It takes the parameter it declares (``epsilon`` or ``sigma``) and
-        ignores the other.
+        It takes the parameter it declares (``epsilon``, ``sigma`` or
+        ``marvell_power``) and ignores the others.
         """
         return make_mechanism(
             self.mechanism,
             epsilon=self.epsilon,
             sigma=self.sigma,
+            marvell_power=self.marvell_power,
             num_classes=num_classes,
         )
 

@@ -46,8 +46,9 @@ FIELD_HELP: dict[str, str] = {
     "hash-buckets": "criteo/avazu: hash buckets per categorical column "
     "(0: the loader's default)",
     "mechanism": "the label-DP mechanism of GradPerturb (none: no protection)",
-    "epsilon": "privacy budget of laplace and discrete",
+    "epsilon": "privacy budget of laplace, discrete and rr-prior",
     "sigma": "noise std of gaussian",
+    "marvell-power": "marvell's power constraint P = s ||g1 - g0||^2: the scale s",
     "placement": "where GradPerturb applies: the logits (Section 4.2) or the cut "
     "layer (Algorithm 3)",
     "reuse-noise": "draw each sample's noise once and reuse it every epoch "

@@ -32,7 +32,7 @@ from tpsl_flwr.experiments.wide_settings import resolve_wide
 from tpsl_flwr.models import num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
 from tpsl_flwr.privacy.accounting import PrivacySpent, privacy_spent
-from tpsl_flwr.privacy.epsilon_text import total_text
+from tpsl_flwr.privacy.epsilon_text import has_dp_guarantee, total_text
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import Mechanism, parameter_of
 from tpsl_flwr.release.label_set import MIN_RECORDS
@@ -122,6 +122,13 @@ def release_request(
         labels.train_ids, labels.train_labels, labels.test_ids, labels.test_labels
     )
     return validation, binding, all_labels, privacy
+
+
+def _own_total(spent: PrivacySpent, privacy: dict[str, Any]) -> Any:
+    """A run's own pure total: ``inf`` without a pure epsilon, None without DP."""
+    if spent.epsilon is not None:
+        return privacy["epsilon"]
+    return "inf" if has_dp_guarantee(spent.mechanism) else None
 
 
 def preflight_release(cfg: ExperimentConfig) -> None:
@@ -339,13 +346,19 @@ def run_label_party(
         "mechanism": cfg.mechanism,
         "epsilon": cfg.epsilon if parameter_of(cfg.mechanism) == "epsilon" else None,
         "sigma": cfg.sigma if parameter_of(cfg.mechanism) == "sigma" else None,
+        "marvell_power": (
+            cfg.marvell_power
+            if parameter_of(cfg.mechanism) == "marvell_power"
+            else None
+        ),
         "placement": cfg.placement,
         "epochs": cfg.epochs,
         "epsilon_spent": spent.to_dict()["epsilon"],
-        # The pure total, inf (never None) where there is none.
+        # The pure total, inf (never None) where there is none; empty (None)
+        # only for a mechanism with no DP guarantee that no ledger records.
         "epsilon_total": (ledger or {})
         .get("total", {})
-        .get("epsilon", "inf" if spent.epsilon is None else privacy["epsilon"]),
+        .get("epsilon", _own_total(spent, privacy)),
         "ledger": ledger,
         "privacy": privacy,
         "samples_per_second": float(np.mean(rates)) if rates else 0.0,

@@ -20,7 +20,12 @@ from typing import IO, Any
 
 from tpsl_flwr._util.private_files import write_private
 from tpsl_flwr.attacks.ceiling import BELOW, SIGMAS_OF_TOLERANCE
-from tpsl_flwr.privacy.epsilon_text import epsilon_text, results_total_text
+from tpsl_flwr.privacy.epsilon_text import (
+    NO_DP_GUARANTEE,
+    epsilon_text,
+    has_dp_guarantee,
+    results_total_text,
+)
 
 REPORT_MD = "report.md"
 REPORT_PNG = "report.png"
@@ -80,7 +85,15 @@ def setting_text(results: dict[str, Any]) -> str:
     'epsilon = 1.0'
     >>> setting_text({"mechanism": "gaussian", "epsilon": None, "sigma": 2.0})
     'sigma = 2.0, no pure epsilon'
+    >>> setting_text({"mechanism": "marvell", "marvell_power": 2.0})
+    'marvell-power = 2.0, no DP guarantee'
+    >>> setting_text({"mechanism": "max-norm"})
+    'no DP guarantee'
     """
+    if not has_dp_guarantee(results.get("mechanism")):
+        power = results.get("marvell_power")
+        prefix = "" if power is None else f"marvell-power = {power}, "
+        return f"{prefix}{NO_DP_GUARANTEE}"
     if results.get("sigma") is not None:
         return f"sigma = {results['sigma']}, no pure epsilon"
     if results.get("epsilon") is not None:
@@ -118,7 +131,8 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"- engine: {results['engine']}; parties: {results['num_parties']}; "
         f"placement: {results['placement']}; epochs: {results['epochs']}",
-        f"- epsilon spent per label: {epsilon_text(results['epsilon_spent'])}; "
+        "- epsilon spent per label: "
+        f"{epsilon_text(results['epsilon_spent'], results['mechanism'])}; "
         "total over every release of these labels: "
         f"{results_total_text(results)}; "
         "noise key: "
@@ -226,7 +240,7 @@ def plot(results: dict[str, Any], path: str | Path | IO[bytes]) -> None:
     ax.set_ylim(0.0, 1.02)
     ax.set_title(
         f"{results['dataset']}: {results['mechanism']}, "
-        f"epsilon spent {epsilon_text(results['epsilon_spent'])} "
+        f"epsilon spent {epsilon_text(results['epsilon_spent'], results['mechanism'])} "
         + (
             f"(total {results_total_text(results)})"
             if results.get("run_kind") is None

@@ -8,6 +8,7 @@ leaves it (Yang et al., Algorithm 3 and Section 4.2).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,8 +22,10 @@ from tpsl_flwr._util.finite import all_finite
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import OptimizerFactory, adam
+from tpsl_flwr.privacy.gradient_noise import gradient_noise_stream, perturb_gradients
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import Mechanism
+from tpsl_flwr.privacy.mechanisms.base import BatchReference, one_hot
 from tpsl_flwr.privacy.noisy_labels import (
     STREAM_CUT_GAUSSIAN,
     STREAM_TOP_UPDATE,
@@ -52,6 +55,9 @@ MODEL_PRIOR_CLIP = 1e-6
 _PRIOR_CHUNK = 1 << 16
 PREDICT_CHUNK_ROWS = 1 << 13
 """Rows per forward pass of :meth:`LabelParty.predict`."""
+RR_PRIOR_FIRST_STAGE = 0.5
+"""RR-with-prior: the share of the trained ids randomized with a uniform prior
+before the top model is frozen as the prior of the rest (LP-2ST's split)."""
 NOISE_CACHE_BYTES = 256 * 2**20
 """Most memory :class:`LabelParty` spends on precomputed per-sample noise."""
 
@@ -167,6 +173,12 @@ class LabelParty:
         self.denoise, self.denoise_prior = denoise, denoise_prior
         self._frequency_priors: dict[int, np.ndarray] = {}
         self._held_out = np.zeros(self.labels.size, dtype=bool)
+        # Gradient-noise mechanisms: what the last batch left for the next.
+        self._batch_reference: BatchReference | None = None
+        # RR-with-prior: each stream's randomized labels, drawn at first use.
+        self._drawn: dict[int, np.ndarray] = {}
+        self._prior_models: dict[int, nn.Module] = {}
+        self._resumed = False
 
     @property
     def num_outputs(self) -> int:
@@ -189,6 +201,93 @@ class LabelParty:
             )
         additive = None if cached.additive is None else cached.additive[ids]
         return NoisyLabels(cached.coefficients[ids], additive)
+
+    def _prior_noisy(
+        self, ids: np.ndarray, base: int, epoch: int, emb: Tensor
+    ) -> NoisyLabels:
+        """RR-with-prior labels of the batch: drawn once per (stream, id), kept.
+
+        Two stages per stream, as Ghazi et al.'s LP-2ST (Section 3.2): the
+        first :data:`RR_PRIOR_FIRST_STAGE` of the trained ids to be drawn get
+        a uniform prior (plain randomized response); then the top model is
+        frozen as it is, and every later draw takes that frozen model's
+        prediction for the sample as its prior. The frozen model has trained
+        only on randomized labels of the first stage's samples, so a prior
+        never depends on the label it randomizes (with fresh noise per epoch,
+        but through that label's earlier releases, which the accounting
+        composes); a model still training on its own predictions would
+        reinforce them. A resumed run never draws: the interrupted run may
+        already have sent a draw made with another prior (fail closed).
+        """
+        stream = noise_stream(base, epoch, self.reuse_noise)
+        drawn = self._drawn.get(stream)
+        if drawn is None:
+            if not self.reuse_noise:  # a new epoch's streams replace the old
+                epoch_of = (stream - 1) // _STREAMS_PER_EPOCH
+                self._drawn = {
+                    s: d
+                    for s, d in self._drawn.items()
+                    if (s - 1) // _STREAMS_PER_EPOCH == epoch_of
+                }
+                self._prior_models = {
+                    s: m for s, m in self._prior_models.items() if s in self._drawn
+                }
+            k = self.mechanism.num_classes
+            drawn = np.full(self.labels.size, -1, np.int8 if k < 128 else np.int32)
+            self._drawn[stream] = drawn
+        fresh = drawn[ids] < 0
+        if not fresh.any():
+            return NoisyLabels(
+                one_hot(drawn[ids].astype(np.int64), self.mechanism.num_classes)
+            )
+        if self._resumed:
+            raise PrivacyError(
+                f"{self.mechanism.name}: a resumed run would randomize "
+                f"{int(fresh.sum())} label(s) again with another prior than the "
+                "interrupted run may have used; nothing is sent (start a new "
+                "release)"
+            )
+        new = ids[fresh]
+        frozen = self._prior_models.get(stream)
+        if frozen is None:
+            trained = int((~self._held_out).sum())
+            if int((drawn >= 0).sum()) >= RR_PRIOR_FIRST_STAGE * trained:
+                frozen = copy.deepcopy(self.top).eval()
+                self._prior_models[stream] = frozen
+        k = self.mechanism.num_classes
+        if frozen is None:
+            prior = np.full((new.size, k), 1.0 / k)
+        else:
+            with torch.no_grad():
+                prior = model_prior(frozen(emb[torch.from_numpy(fresh)]))
+        noisy = self.mechanism.sample_with_prior(
+            self.labels[new].astype(np.int64), new, self.key, stream, prior
+        )
+        drawn[new] = np.argmax(noisy.coefficients, axis=1)
+        return NoisyLabels(one_hot(drawn[ids].astype(np.int64), k))
+
+    def _gradient_noise_step(self, ids: np.ndarray, emb: Tensor) -> Tensor:
+        """Marvell / max-norm: exact top update, per-batch noise on ``g_y``.
+
+        The top model trains on the exact labels and the dispatched gradient is
+        the mechanism's noisy version of the clean per-sample cut-layer
+        gradients (Li et al. 2022), scaled back to the mean loss.
+        """
+        labels = self.labels[ids].astype(np.int64)
+        clean = NoisyLabels(one_hot(labels, self.mechanism.num_classes))
+        cut_grad, _ = logits_placement_backward(self.top, emb, clean)
+        n = ids.size
+        noisy, reference = perturb_gradients(
+            self.mechanism,
+            cut_grad.double().numpy() * n,
+            labels,
+            ids=ids,
+            key=self.key,
+            stream=gradient_noise_stream(self.steps),
+            reference=self._batch_reference,
+        )
+        self._batch_reference = reference
+        return torch.from_numpy(noisy / n)
 
     def _all_noise(self, stream: int, width: int | None) -> NoisyLabels | None:
         """Every training sample's noise on ``stream`` (None: over the cache cap)."""
@@ -353,28 +452,45 @@ class LabelParty:
         if not all_finite(emb):
             raise PrivacyError("embeddings contain NaN or inf")
         self.optimizer.zero_grad()
-        transcript_width = None
-        if self.placement == "cut" and self.mechanism.additive:
-            transcript_width = emb.shape[1]
-        base = STREAM_CUT_GAUSSIAN if transcript_width else STREAM_TRANSCRIPT
-        transcript = self._noisy(ids, base, epoch, transcript_width)
-        denoise = self._denoiser(epoch)
-        dispatch = None if denoise is None else self._unbiased(transcript)
-        if self.placement == "logits":
-            grad, _ = logits_placement_backward(
-                self.top, emb, transcript, denoise=denoise, dispatch=dispatch
-            )
-        else:
-            update = self._noisy(ids, STREAM_TOP_UPDATE, epoch)
-            grad, _ = cut_placement_backward(
-                self.top, emb, transcript, update, denoise=denoise, dispatch=dispatch
-            )
+        try:
+            grad = self._perturbed_gradient(ids, emb, epoch)
+        except BaseException:
+            self.optimizer.zero_grad()
+            raise
         if not all_finite(grad):
             self.optimizer.zero_grad()
             raise PrivacyError("the perturbed gradient is not finite; nothing sent")
         self.optimizer.step()
         self.steps += 1
         return grad.to(torch.float32)
+
+    def _perturbed_gradient(self, ids: np.ndarray, emb: Tensor, epoch: int) -> Tensor:
+        """The batch's gradient to dispatch; the top model's update accumulated."""
+        if self.mechanism.gradient_noise:
+            return self._gradient_noise_step(ids, emb)
+        transcript_width = None
+        if self.placement == "cut" and self.mechanism.additive:
+            transcript_width = emb.shape[1]
+        base = STREAM_CUT_GAUSSIAN if transcript_width else STREAM_TRANSCRIPT
+        if self.mechanism.needs_prior:
+            transcript = self._prior_noisy(ids, base, epoch, emb)
+        else:
+            transcript = self._noisy(ids, base, epoch, transcript_width)
+        denoise = self._denoiser(epoch)
+        dispatch = None if denoise is None else self._unbiased(transcript)
+        if self.placement == "logits":
+            grad, _ = logits_placement_backward(
+                self.top, emb, transcript, denoise=denoise, dispatch=dispatch
+            )
+            return grad
+        if self.mechanism.needs_prior:
+            update = self._prior_noisy(ids, STREAM_TOP_UPDATE, epoch, emb)
+        else:
+            update = self._noisy(ids, STREAM_TOP_UPDATE, epoch)
+        grad, _ = cut_placement_backward(
+            self.top, emb, transcript, update, denoise=denoise, dispatch=dispatch
+        )
+        return grad
 
     def top_in_blocks(self, embeddings: Tensor | np.ndarray) -> Iterator[Tensor]:
         """The top model's logits, :data:`PREDICT_CHUNK_ROWS` rows at a time.
@@ -410,12 +526,20 @@ class LabelParty:
         The key itself is kept apart, in the label party's key file
         (:class:`~tpsl_flwr.release.store.LabelStore`).
         """
-        return {
+        state: dict[str, Any] = {
             "top": self.top.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "steps": self.steps,
             "key_fingerprint": self.key.fingerprint,
         }
+        if self._drawn:  # RR-with-prior: the labels already released
+            state["drawn"] = {s: torch.from_numpy(d) for s, d in self._drawn.items()}
+        if self._batch_reference is not None:
+            state["batch_reference"] = {
+                "values": torch.tensor(self._batch_reference.values),
+                "direction": torch.from_numpy(self._batch_reference.direction),
+            }
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; it must have been saved under this key."""
@@ -428,3 +552,13 @@ class LabelParty:
         load_checkpoint_state(self.top, state["top"], "top model")
         self.optimizer.load_state_dict(state["optimizer"])
         self.steps = int(state["steps"])
+        self._drawn = {
+            int(s): d.numpy().copy() for s, d in state.get("drawn", {}).items()
+        }
+        self._resumed = True
+        reference = state.get("batch_reference")
+        if reference is not None:
+            self._batch_reference = BatchReference(
+                tuple(float(x) for x in reference["values"].tolist()),
+                reference["direction"].double().numpy().copy(),
+            )

@@ -13,7 +13,9 @@ add/remove with the sensitivity folded into the noise multiplier, randomized
 response under replace-one), both as pure epsilon (basic composition, tight for
 pure DP) and as an ``(epsilon, delta)`` from the PLD accountant. The Gaussian
 baseline has no pure epsilon; an ``(epsilon, delta)`` is reported where its
-sensitivity is known (the logit placement).
+sensitivity is known (the logit placement). The heuristics of Li et al. 2022
+(``marvell``, ``max-norm``) have no DP guarantee at all: every epsilon of
+their runs is ``None`` (empty), never 0 or ``inf``, and the notes say so.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.closed_forms import auc_bound
 from tpsl_flwr.privacy.mechanisms import Mechanism
 
+NO_DP_GUARANTEE_NOTE = (
+    "{name}: no DP guarantee (a heuristic defense of Li et al. 2022; its "
+    "epsilon is empty, not 0 or inf)"
+)
+"""The note of a run whose mechanism states no differential privacy at all."""
 NO_OP_AUC = 0.99
 """Above this attack-AUC ceiling the protection is reported as a near no-op."""
 
@@ -43,7 +50,8 @@ class PrivacySpent:
     ----------
     epsilon
         Pure epsilon (``delta = 0``) of the whole run; ``inf`` without
-        protection; ``None`` when no pure guarantee exists (Gaussian).
+        protection; ``None`` when no pure guarantee exists (Gaussian) or no
+        DP guarantee at all (Marvell, max-norm).
     delta
         The delta at which ``epsilon_at_delta`` is stated.
     epsilon_at_delta
@@ -142,7 +150,7 @@ def composed_epsilon_of(
     """
     if not 0.0 < delta < 1.0:
         raise ConfigError(f"delta must be in (0, 1), got {delta}")
-    if any(not mechanism.protects for mechanism, _ in releases):
+    if any(not m.protects or not m.dp_guarantee for m, _ in releases):
         return math.inf
     groups: dict[Any, list[tuple[Mechanism, int]]] = {}
     for mechanism, count in releases:
@@ -206,12 +214,17 @@ def privacy_spent(
         raise ConfigError(f"delta must be in (0, 1), got {delta}")
     per_epoch = 2 if placement == "cut" else 1
     releases = per_epoch * (1 if reuse_noise else epochs)
+    if mechanism.gradient_noise:  # fresh noise every step: one release an epoch
+        releases = epochs
     notes: list[str] = []
     epsilon: float | None
     at_delta: float | None
     if not mechanism.protects:
         epsilon, at_delta = math.inf, math.inf
         notes.append("no protection: gradients reveal the labels (attack AUC ~1)")
+    elif not mechanism.dp_guarantee:  # heuristics: nothing to state
+        epsilon, at_delta = None, None
+        notes.append(NO_DP_GUARANTEE_NOTE.format(name=mechanism.name))
     elif mechanism.epsilon is None:  # no pure epsilon: the Gaussian baseline
         epsilon = None
         if placement == "logits":

@@ -2,10 +2,12 @@
 
 A run's pure epsilon is a number, ``inf`` without protection, or absent for
 the Gaussian baseline, which has no pure guarantee but an ``(eps, delta)``
-one. A label set's total (:class:`~tpsl_flwr.release.ledger.LedgerTotal`) is the
-pure sum beside dp-accounting's ``(eps, delta)``. Every summary, log line,
-report and table states them through these functions, so that ``None``
-never stands for "unbounded" and a Gaussian total never reads as empty.
+one, or empty for a heuristic with no DP guarantee at all (Marvell,
+max-norm), said as ``n/a (no DP guarantee)``. A label set's total
+(:class:`~tpsl_flwr.release.ledger.LedgerTotal`) is the pure sum beside
+dp-accounting's ``(eps, delta)``. Every summary, log line, report and
+table states them through these functions, so that ``None`` never stands
+for "unbounded" and a Gaussian total never reads as empty.
 Values may come from JSON, where ``inf`` is the string ``"inf"``.
 """
 
@@ -15,10 +17,33 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["as_epsilon", "epsilon_text", "results_total_text", "total_text"]
+from tpsl_flwr.privacy.mechanisms import REGISTRY
+
+__all__ = [
+    "NO_DP_GUARANTEE",
+    "as_epsilon",
+    "epsilon_text",
+    "has_dp_guarantee",
+    "results_total_text",
+    "total_text",
+]
 
 NO_PURE = "no pure guarantee"
 NO_GUARANTEE = "no guarantee at any delta"
+NO_DP_GUARANTEE = "no DP guarantee"
+"""What a heuristic defense's empty epsilon is said as."""
+
+
+def has_dp_guarantee(mechanism: object) -> bool:
+    """Whether the mechanism named states a DP guarantee (unknown names: yes).
+
+    Examples
+    --------
+    >>> has_dp_guarantee("laplace"), has_dp_guarantee("marvell")
+    (True, False)
+    """
+    cls = REGISTRY.get(str(mechanism)) if mechanism is not None else None
+    return cls is None or cls.dp_guarantee
 
 
 def as_epsilon(value: Any) -> float | None:
@@ -34,16 +59,21 @@ def as_epsilon(value: Any) -> float | None:
     return float(value)
 
 
-def epsilon_text(value: Any) -> str:
+def epsilon_text(value: Any, mechanism: object = None) -> str:
     """One release's pure epsilon: ``1``, ``inf``, or ``inf (no pure guarantee)``.
 
-    ``None`` is the Gaussian baseline's: no pure epsilon exists.
+    ``None`` is the Gaussian baseline's: no pure epsilon exists. For a
+    ``mechanism`` with no DP guarantee at all, ``n/a (no DP guarantee)``.
 
     Examples
     --------
     >>> epsilon_text(1.0), epsilon_text("inf"), epsilon_text(None)
     ('1', 'inf', 'inf (no pure guarantee)')
+    >>> epsilon_text(None, "max-norm")
+    'n/a (no DP guarantee)'
     """
+    if not has_dp_guarantee(mechanism):
+        return f"n/a ({NO_DP_GUARANTEE})"
     epsilon = as_epsilon(value)
     if epsilon is None:
         return f"inf ({NO_PURE})"
@@ -91,7 +121,8 @@ def total_text(epsilon: Any, epsilon_at_delta: Any = None, delta: Any = None) ->
 def results_total_text(results: Mapping[str, Any]) -> str:
     """The label set's total of a run's ``results``: its ledger total, else its own.
 
-    A run no ledger recorded states its own spend (``privacy``) as the total.
+    A run no ledger recorded states its own spend (``privacy``) as the total;
+    one of a mechanism with no DP guarantee, ``n/a (no DP guarantee)``.
 
     Examples
     --------
@@ -101,7 +132,10 @@ def results_total_text(results: Mapping[str, Any]) -> str:
     >>> results_total_text({"epsilon_spent": 1.0})
     '1'
     """
-    total = (results.get("ledger") or {}).get("total") or results.get("privacy") or {}
+    ledger_total = (results.get("ledger") or {}).get("total")
+    if not ledger_total and not has_dp_guarantee(results.get("mechanism")):
+        return f"n/a ({NO_DP_GUARANTEE})"
+    total = ledger_total or results.get("privacy") or {}
     pure = results.get("epsilon_total", results.get("epsilon_spent"))
     return total_text(
         total.get("epsilon", pure), total.get("epsilon_at_delta"), total.get("delta")

@@ -16,6 +16,7 @@ from typing import Any
 from tpsl_flwr.errors import ConfigError, PrivacyError, ReleaseRefused
 from tpsl_flwr.privacy.accounting import PrivacySpent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.privacy.mechanisms import PARAMETERS, mechanism_class
 from tpsl_flwr.release.binding import NoiseBinding
 from tpsl_flwr.release.label_set import LabelSet
 from tpsl_flwr.release.ledger import (
@@ -157,12 +158,23 @@ def _check_release(
     """Refuse a release that is not acknowledged (see :func:`admit_release`)."""
     if label_set.public:
         return
-    if entry.epsilon is not None and math.isinf(entry.epsilon) and not unprotected:
+    clear = entry.epsilon is not None and math.isinf(entry.epsilon)
+    if clear and not unprotected:
         raise ReleaseRefused(
             f"this run is a release (its nodes are not all the label party's) "
             f"with mechanism {entry.mechanism}: every label of label set "
             f"{label_set.fingerprint} ({label_set.rows} records) reaches them "
             "in the clear. If that is intended, allow it: "
+            "--unprotected-release (tpsl-flwr ledger acknowledge LABEL_DIR "
+            "--unprotected for flwr run)"
+        )
+    if not mechanism_class(entry.mechanism).dp_guarantee and not unprotected:
+        raise ReleaseRefused(
+            f"this run is a release (its nodes are not all the label party's) "
+            f"with mechanism {entry.mechanism}, which states no DP guarantee: "
+            f"the labels of label set {label_set.fingerprint} "
+            f"({label_set.rows} records) reach them protected by a heuristic "
+            "only. If that is intended, allow it as an unprotected release: "
             "--unprotected-release (tpsl-flwr ledger acknowledge LABEL_DIR "
             "--unprotected for flwr run)"
         )
@@ -297,9 +309,7 @@ def ledger_entry(
                 f"names {settings[name]!r}: pass privacy_spent(...) of the run's "
                 "own mechanism, placement, epochs and reuse"
             )
-    parameter = next(
-        (p for p in ("epsilon", "sigma") if settings.get(p) is not None), None
-    )
+    parameter = next((p for p in PARAMETERS if settings.get(p) is not None), None)
     _check_privacy_of(settings, parameter, privacy)
     return LedgerEntry(
         key_fingerprint=key.fingerprint,

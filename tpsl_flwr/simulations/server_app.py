@@ -64,7 +64,7 @@ def main(grid: Grid, context: Context) -> None:
         results["seconds"],
         metric,
         results.get(metric, float("nan")),
-        epsilon_text(results["epsilon_spent"]),
+        epsilon_text(results["epsilon_spent"], results.get("mechanism")),
         results.get("run_kind"),
         results_total_text(results),
         out / RESULTS_FILE,

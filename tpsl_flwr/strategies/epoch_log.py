@@ -206,7 +206,13 @@ def log_settings(
     :func:`~tpsl_flwr.strategies.epoch_loop.restore_release`).
     """
     mech = party.mechanism
-    param = f"{mech.parameter}={mech.parameter_value}" if mech.parameter else "no noise"
+    param = (
+        f"{mech.parameter}={mech.parameter_value}"
+        if mech.parameter
+        else "no parameter"
+        if mech.protects
+        else "no noise"
+    )
     log(
         INFO, "\t├── Mechanism: %s (%s, classes=%s)", mech.name, param, mech.num_classes
     )
@@ -216,7 +222,11 @@ def log_settings(
         party.placement,
         party.reuse_noise,
     )
-    log(INFO, "\t├── Epsilon spent per label: %s", epsilon_text(spent.epsilon))
+    log(
+        INFO,
+        "\t├── Epsilon spent per label: %s",
+        epsilon_text(spent.epsilon, mech.name),
+    )
     if ledger is not None:
         log(
             INFO,

@@ -75,6 +75,7 @@ def for_labels(
     mechanism: str = "laplace",
     epsilon: float | None = None,
     sigma: float | None = None,
+    marvell_power: float | None = None,
     placement: str = "logits",
     reuse_noise: bool = True,
     epochs: int = 2,
@@ -141,13 +142,18 @@ def for_labels(
         ``k``, the number of classes (2: one logit, sigmoid + BCE).
     mechanism
         ``laplace`` (default), ``discrete`` (randomized response),
-        ``gaussian`` (the baseline) or ``none`` (no protection).
+        ``gaussian`` (the baseline), ``none`` (no protection), or the
+        baseline defenses ``marvell``, ``max-norm`` (no DP guarantee) and
+        ``rr-prior`` (``docs/baselines.md``).
     epsilon
-        The pure epsilon of ``laplace`` and ``discrete`` (default 1.0).
-        Refused for ``gaussian`` and ``none``, which take none.
+        The pure epsilon of ``laplace``, ``discrete`` and ``rr-prior``
+        (default 1.0). Refused for the others, which take none.
     sigma
         The noise deviation of ``gaussian`` (default 1.0); refused for the
         others.
+    marvell_power
+        The scale ``s`` of ``marvell``'s power constraint (default 1.0);
+        refused for the others.
     placement
         ``logits`` (``epsilon`` per label) or ``cut`` (``2 epsilon``).
     reuse_noise
@@ -293,7 +299,13 @@ def for_labels(
         if not isinstance(value, bool):
             raise ConfigError(f"{name} must be True or False, got {value!r}")
     k = check_num_classes(num_classes)
-    mech = mechanism_of(mechanism, epsilon=epsilon, sigma=sigma, num_classes=k)
+    mech = mechanism_of(
+        mechanism,
+        epsilon=epsilon,
+        sigma=sigma,
+        marvell_power=marvell_power,
+        num_classes=k,
+    )
     train, test = checked_labels(train_labels, test_labels, k)
     ids = checked_record_ids(record_ids, train.size, 0 if test is None else test.size)
     check_placement(placement)

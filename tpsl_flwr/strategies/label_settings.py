@@ -38,7 +38,8 @@ __all__ = [
 ]
 
 DEFAULT_PARAMETER = 1.0
-"""``epsilon`` (``laplace``, ``discrete``) or ``sigma`` (``gaussian``) left out."""
+"""``epsilon`` (``laplace``, ``discrete``, ``rr-prior``), ``sigma``
+(``gaussian``) or ``marvell_power`` (``marvell``) left out."""
 DEFAULT_WEIGHT_DECAY = 0.3
 """``weight_decay`` left out (AdamW; ``simulate``'s ``weight-decay``)."""
 RECORD_IDS = "record-ids"
@@ -48,6 +49,7 @@ RESERVED = frozenset(
         "mechanism",
         "epsilon",
         "sigma",
+        "marvell_power",
         "num-classes",
         "placement",
         "reuse-noise",
@@ -59,7 +61,12 @@ RESERVED = frozenset(
 
 
 def mechanism_of(
-    name: object, *, epsilon: object, sigma: object, num_classes: int
+    name: object,
+    *,
+    epsilon: object,
+    sigma: object,
+    num_classes: int,
+    marvell_power: object = None,
 ) -> Mechanism:
     """The mechanism ``name`` at the one parameter it takes (stated or 1.0).
 
@@ -71,7 +78,8 @@ def mechanism_of(
     if not isinstance(name, str):
         raise ConfigError(f"mechanism must be a name, got {name!r}")
     takes = parameter_of(name)  # an unknown name: the valid ones are listed
-    for other, value in (("epsilon", epsilon), ("sigma", sigma)):
+    given = {"epsilon": epsilon, "sigma": sigma, "marvell_power": marvell_power}
+    for other, value in given.items():
         if value is not None and other != takes:
             takes_what = f"takes {takes}, not" if takes else "takes no"
             raise ConfigError(
@@ -80,7 +88,7 @@ def mechanism_of(
             )
     if takes is None:
         return make_mechanism(name, num_classes=num_classes)
-    stated: Any = {"epsilon": epsilon, "sigma": sigma}[takes]
+    stated: Any = given[takes]
     stated = DEFAULT_PARAMETER if stated is None else stated
     return make_mechanism(name, num_classes=num_classes, **{takes: stated})
 
@@ -185,10 +193,11 @@ def check_release_options(
                     f"its key and its admission; {name} is for a fresh release "
                     "(resume=False)"
                 )
-    if unprotected_release and mechanism.protects:
+    if unprotected_release and mechanism.protects and mechanism.dp_guarantee:
         raise ConfigError(
-            f"unprotected_release=True is for mechanism 'none', got mechanism "
-            f"{mechanism.name!r}, which protects the labels; leave it out"
+            f"unprotected_release=True is for mechanism 'none' (or a heuristic "
+            f"without DP guarantee), got mechanism {mechanism.name!r}, which "
+            "protects the labels; leave it out"
         )
 
 

@@ -9,7 +9,8 @@ epochs apart; elsewhere it only costs the held-out rows. ``auto`` (the
 default) therefore holds out :data:`AUTO_FRACTION` of the training ids only
 where the run has at least :data:`AUTO_MIN_EPOCHS` epochs *and* that fraction
 is at least :data:`AUTO_MIN_IDS` ids; otherwise none, and the last epoch is
-kept. The Gaussian baseline, whose labels stay clean, never holds out. A
+kept. The Gaussian baseline, Marvell and max-norm, whose labels stay clean,
+and RR-with-prior, whose draws need a prior from training, never hold out. A
 number decides outright (``0``: no validation).
 
 The measurements behind the rule are in ``docs/benchmarks.md``
@@ -38,6 +39,7 @@ from tpsl_flwr._util.compact_ints import index_dtype, true_positions
 from tpsl_flwr.data.membership import hash_uniform
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.privacy.mechanisms import mechanism_class
 from tpsl_flwr.validation.best_epoch import BestEpoch
 from tpsl_flwr.validation.scores import unbiased_targets, validation_class_losses
 
@@ -122,7 +124,7 @@ def resolve_validation(
     if mode != "auto":
         return float(mode)
     if (
-        mechanism == "gaussian"
+        not mechanism_class(mechanism).keyed_labels()
         or epochs < AUTO_MIN_EPOCHS
         or AUTO_FRACTION * train_rows < AUTO_MIN_IDS
     ):

@@ -51,11 +51,17 @@ def check_validation_mechanism(mechanism: Mechanism) -> None:
     ConfigError
         Naming the mechanism and the fix.
     """
-    if mechanism.additive:
+    if mechanism.additive or mechanism.gradient_noise:
         raise ConfigError(
             f"validation scores noisy labels, but mechanism {mechanism.name!r} "
             "adds its noise to the gradients and leaves the labels clean; use "
             "validation-fraction = 0 with it"
+        )
+    if not mechanism.keyed_labels():
+        raise ConfigError(
+            f"validation scores noisy labels drawn for the held-out ids alone, "
+            f"but mechanism {mechanism.name!r} draws each label with a prior "
+            "from training; use validation-fraction = 0 with it"
         )
 
 

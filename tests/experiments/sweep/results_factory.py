@@ -29,7 +29,7 @@ def results(
     *,
     epsilon=None,
     sigma=None,
-    power=None,
+    marvell_power=None,
     utility=0.75,
     sda=0.7,
     best_epoch=1,
@@ -55,8 +55,8 @@ def results(
         **SETTINGS,
         **(settings or {}),
     }
-    if power is not None:
-        config["power"] = power
+    if marvell_power is not None:
+        config["marvell-power"] = marvell_power
     history = []
     for epoch in (1, 2):
         worse = 0.05 * (epoch - 1)
@@ -76,12 +76,13 @@ def results(
     privacy = {"epsilon": epsilon, "epsilon_at_delta": epsilon, "delta": 1e-5}
     if sigma is not None:
         privacy = {"epsilon": None, "epsilon_at_delta": 4.0 / sigma, "delta": 1e-5}
-    if mechanism == "none" or power is not None:
+    if mechanism == "none" or marvell_power is not None:
         privacy = {"epsilon": None, "epsilon_at_delta": None, "delta": 1e-5}
     return {
         "mechanism": mechanism,
         "epsilon": epsilon,
         "sigma": sigma,
+        "marvell_power": marvell_power,
         "dataset": "criteo",
         "config": config,
         "history": history,

@@ -14,7 +14,6 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib.container import ErrorbarContainer
 
-from tpsl_flwr.experiments.sweep import guarantee
 from tpsl_flwr.experiments.sweep.figures import FIGURES, build_figures
 from tpsl_flwr.experiments.sweep.report import tables_markdown, write_report
 from tpsl_flwr.experiments.sweep.run import csv_columns, run_row
@@ -26,21 +25,17 @@ SIGMA = "\u03c3"
 
 
 @pytest.fixture
-def marvell(monkeypatch):
-    """A mechanism without a DP guarantee whose parameter is ``power``.
+def marvell():
+    """Marvell runs: no DP guarantee, its parameter the power constraint.
 
-    Registered as the baselines register theirs: the registry says its
-    parameter, its results say ``epsilon = None``.
+    As the registry has it: its parameter ``marvell_power``, its results
+    ``epsilon = None``.
     """
-    real = guarantee.parameter_of
-    monkeypatch.setattr(
-        guarantee, "parameter_of", lambda m: "power" if m == "marvell" else real(m)
-    )
     return {
         f"criteo_marvell_power{p:g}_seed{s}": results(
             "marvell",
             s,
-            power=p,
+            marvell_power=p,
             utility=0.72 + 0.02 * p + 0.01 * s,
             sda=0.6 + 0.05 * p,
         )
@@ -127,7 +122,7 @@ def test_utility_vs_sda_has_every_mechanism_labels_and_the_ceiling(figures):
         "no protection",
     }
     texts = _texts(fig)
-    assert {"ε=1", "ε=4", f"{SIGMA}=2", "power=1", "power=4", "no protection"} <= (
+    assert {"ε=1", "ε=4", f"{SIGMA}=2", "P=1", "P=4", "no protection"} <= (
         texts
     )
     for series in _series(data, "points"):
@@ -190,7 +185,7 @@ def test_attacks_vs_epsilon_has_na_sa_sda_with_errors_and_the_ceiling(figures):
     assert ceiling[0]["y"][0] == pytest.approx(auc_bound(1.0))
     assert ceiling[0]["y"][-1] == pytest.approx(auc_bound(4.0))
     assert not [s for s in gaussian["series"] if s["kind"] == "ceiling"]
-    assert marvell_panel["x_label"] == "power"
+    assert marvell_panel["x_label"] == "marvell_power"
     assert len(fig.axes) == len(data["panels"])  # no twin axes
 
 
@@ -230,7 +225,7 @@ def test_tables_say_no_dp_guarantee_and_show_directions(marvell, tmp_path):
 
     # Assert: marvell's table, its epsilon cell empty; the Gaussian's (eps, delta).
     section = tables.split("## marvell (no DP guarantee)")[1].split("##")[0]
-    assert "| dataset | power | epsilon | utility |" in section
+    assert "| dataset | marvell_power | epsilon | utility |" in section
     assert "| criteo | 1 |  | 0.745 ± 0.005 |" in section
     gaussian = tables.split("## Gaussian baseline")[1].split("##")[0]
     assert "| criteo | 2 | 2 (delta 1e-05) |" in gaussian

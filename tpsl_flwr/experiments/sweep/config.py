@@ -7,8 +7,9 @@ field, kebab-case)::
     [grid]
     datasets = ["synthetic-ctr"]
     mechanisms = ["none", "laplace", "discrete", "gaussian"]
-    epsilons = [0.5, 1, 2, 4, 8]      # laplace, discrete
+    epsilons = [0.5, 1, 2, 4, 8]      # laplace, discrete, rr-prior
     sigmas = [0.25, 1, 4]             # gaussian
+    marvell-powers = [0.5, 2]         # marvell (max-norm takes none)
     seeds = [0, 1, 2]
     rows = [20000, 100000]            # optional: dataset sizes (0: default)
     denoises = ["none", "posterior"]  # optional: plain and posterior runs
@@ -20,10 +21,12 @@ field, kebab-case)::
     [denoise.posterior]               # optional: on top of [experiment]
     weight-decay = 0.3
 
-``none`` runs once per dataset and seed, ``laplace``/``discrete`` once per
-epsilon, ``gaussian`` once per sigma; with a ``rows`` axis, all of that once
-per dataset size (run names gain ``_rows<N>`` after the dataset); with a
-``denoises`` axis, all of that once per denoise value, ``none`` included,
+``none`` and ``max-norm`` run once per dataset and seed,
+``laplace``/``discrete``/``rr-prior`` once per epsilon, ``gaussian`` once per
+sigma, ``marvell`` once per power (``docs/baselines.md``); with a ``rows``
+axis, all of that once per dataset size (run names gain ``_rows<N>`` after
+the dataset); with a ``denoises`` axis, all of that once per denoise value,
+``none`` included,
 except ``gaussian`` with ``posterior`` (run names gain ``_denoise-<value>``
 before the seed; :mod:`~tpsl_flwr.experiments.sweep.axes`). Each run is a
 :class:`RunSpec` writing under ``<out>/runs/<run-name>/``; running them is
@@ -43,7 +46,7 @@ import dataclasses
 import hashlib
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,13 +82,25 @@ GRID_KEYS = (
     "mechanisms",
     "epsilons",
     "sigmas",
+    "marvell-powers",
     "seeds",
     "rows",
     "denoises",
 )
 # Fixed per run by the sweep itself; not allowed in [experiment]. With a rows
 # (denoises) axis in [grid], rows (denoise) is too.
-_PER_RUN = ("dataset", "mechanism", "epsilon", "sigma", "seed", "out-dir", "resume")
+_AXES = {"epsilon": "epsilons", "sigma": "sigmas", "marvell_power": "marvell_powers"}
+"""The grid axis of each mechanism parameter."""
+_PER_RUN = (
+    "dataset",
+    "mechanism",
+    "epsilon",
+    "sigma",
+    "marvell-power",
+    "seed",
+    "out-dir",
+    "resume",
+)
 # A grid point: dataset, rows, mechanism, (param, value), denoise, seed.
 _Point = tuple[str, int | None, str, tuple[str, float | None], str | None, int]
 
@@ -110,6 +125,9 @@ class SweepConfig:
         Budgets of ``laplace`` and ``discrete`` runs (each > 0).
     sigmas
         Noise std of ``gaussian`` runs (each > 0).
+    marvell_powers
+        Power-constraint scales of ``marvell`` runs (each > 0; the TOML key
+        ``marvell-powers``).
     rows
         Optional axis of dataset sizes (ints >= 0; 0: the dataset's default).
         ``None`` (no axis): every run takes ``rows`` from ``experiment``.
@@ -135,6 +153,7 @@ class SweepConfig:
     mechanisms: tuple[str, ...] = ("none", "laplace", "discrete")
     epsilons: tuple[float, ...] = (1.0,)
     sigmas: tuple[float, ...] = ()
+    marvell_powers: tuple[float, ...] = ()
     seeds: tuple[int, ...] = (0,)
     rows: tuple[int, ...] | None = None
     denoises: tuple[str, ...] | None = None
@@ -151,17 +170,20 @@ class SweepConfig:
                     f"grid.mechanisms: unknown mechanism {mechanism!r}; "
                     f"valid: {', '.join(MECHANISMS)}"
                 )
-        if {"laplace", "discrete"} & set(self.mechanisms) and not self.epsilons:
-            raise ConfigError("grid.epsilons is empty but laplace/discrete is swept")
-        if "gaussian" in self.mechanisms and not self.sigmas:
-            raise ConfigError("grid.sigmas is empty but gaussian is swept")
-        for name in ("epsilons", "sigmas"):
+        for parameter, axis in _AXES.items():
+            takers = [m for m in self.mechanisms if parameter_of(m) == parameter]
+            if takers and not getattr(self, axis):
+                raise ConfigError(
+                    f"grid.{_key(axis)} is empty but {'/'.join(takers)} is swept"
+                )
+        for name in _AXES.values():
             for value in getattr(self, name):
                 if not (
                     isinstance(value, float) and math.isfinite(value) and value > 0
                 ):
                     raise ConfigError(
-                        f"grid.{name} values must be > 0 and finite, got {value!r}"
+                        f"grid.{_key(name)} values must be > 0 and finite, "
+                        f"got {value!r}"
                     )
         for seed in self.seeds:
             if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -209,8 +231,9 @@ class SweepConfig:
             raw = grid[key]
             if not isinstance(raw, list):
                 raise ConfigError(f"grid.{key} must be a list, got {raw!r}")
-            if key in ("epsilons", "sigmas"):
-                values[key] = tuple(_number(f"grid.{key}", v) for v in raw)
+            field_name = key.replace("-", "_")
+            if field_name in _AXES.values():
+                values[field_name] = tuple(_number(f"grid.{key}", v) for v in raw)
             elif key in ("seeds", "rows"):
                 values[key] = tuple(raw)
             else:
@@ -257,7 +280,7 @@ class SweepConfig:
             if denoise is not None:
                 settings["denoise"] = denoise
             if param:
-                settings[param] = value
+                settings[param.replace("_", "-")] = value
             cfg = _experiment(name, settings)
             if base_noise >= 0:
                 # Both runs of a plain/posterior pair: one key, the same noise.
@@ -276,11 +299,23 @@ class SweepConfig:
             self.datasets, sizes, self.mechanisms
         ):
             for point, denoise, seed in itertools.product(
-                _params(mechanism, self.epsilons, self.sigmas), denoises, self.seeds
+                self._params(mechanism), denoises, self.seeds
             ):
                 # gaussian has no posterior: skipped, not refused.
                 if denoisable(mechanism, denoise):
                     yield dataset, rows, mechanism, point, denoise, seed
+
+    def _params(self, mechanism: str) -> list[tuple[str, float | None]]:
+        """The (parameter, value) points of ``mechanism``: one per axis value."""
+        parameter = parameter_of(mechanism)
+        if parameter is None:
+            return [("", None)]
+        return [(parameter, value) for value in getattr(self, _AXES[parameter])]
+
+
+def _key(axis: str) -> str:
+    """A grid axis field as the TOML file names it (``marvell-powers``)."""
+    return axis.replace("_", "-")
 
 
 def run_noise_seed(base: int, name: str) -> int:
@@ -319,14 +354,8 @@ def _text(key: str, value: object) -> str:
     return value
 
 
-def _params(
-    mechanism: str, epsilons: Iterable[float], sigmas: Iterable[float]
-) -> list[tuple[str, float | None]]:
-    parameter = parameter_of(mechanism)
-    if parameter is None:
-        return [("", None)]
-    values = {"epsilon": epsilons, "sigma": sigmas}[parameter]
-    return [(parameter, value) for value in values]
+_NAME_PARTS = {"epsilon": "eps", "sigma": "sigma", "marvell_power": "power"}
+"""How a run's name spells its mechanism's parameter."""
 
 
 def run_name(
@@ -350,15 +379,15 @@ def run_name(
     'synthetic-ctr_laplace_eps0.5_seed2'
     >>> run_name("digits", "none", "", None, 0)
     'digits_none_seed0'
+    >>> run_name("synthetic-ctr", "marvell", "marvell_power", 2.0, 0)
+    'synthetic-ctr_marvell_power2_seed0'
     >>> run_name("synthetic-ctr", "laplace", "epsilon", 1.0, 0, rows=200000)
     'synthetic-ctr_rows200000_laplace_eps1_seed0'
     >>> run_name("synthetic-ctr", "none", "", None, 0, denoise="posterior")
     'synthetic-ctr_none_denoise-posterior_seed0'
     """
     size = "" if rows is None else f"_rows{rows}"
-    middle = "" if value is None else f"_{'eps' if param == 'epsilon' else 'sigma'}"
-    if value is not None:
-        middle += f"{value:g}"
+    middle = "" if value is None else f"_{_NAME_PARTS.get(param, param)}{value:g}"
     return f"{dataset}{size}_{mechanism}{middle}{denoise_part(denoise)}_seed{seed}"
 
 
@@ -405,5 +434,11 @@ def describe(sweep: SweepConfig) -> str:
     return (
         f"{len(sweep.runs())} runs: datasets {list(sweep.datasets)}, "
         f"mechanisms {list(sweep.mechanisms)}, epsilons {list(sweep.epsilons)}, "
-        f"sigmas {list(sweep.sigmas)}, seeds {list(sweep.seeds)}{rows}"
+        f"sigmas {list(sweep.sigmas)}, "
+        + (
+            f"marvell-powers {list(sweep.marvell_powers)}, "
+            if sweep.marvell_powers
+            else ""
+        )
+        + f"seeds {list(sweep.seeds)}{rows}"
     )

@@ -84,7 +84,7 @@ ATTACKS = (("norm", "NA", "C4"), ("spectral", "SA", "C5"), ("sda", "SDA", "C3"))
 OFFSETS = ((5, 5), (5, -11), (-30, 5), (-30, -11))
 """Where a series' point labels go, in points from the point."""
 SIGMA = "\u03c3"
-SYMBOLS = {"epsilon": "ε", "sigma": SIGMA}
+SYMBOLS = {"epsilon": "ε", "sigma": SIGMA, "marvell_power": "P"}
 
 
 @dataclass(frozen=True)

@@ -156,9 +156,8 @@ def protected(rows: Iterable[Row]) -> list[tuple[str, str, str]]:
     >>> protected([{"mechanism": "none"}, {"mechanism": "gaussian"},
     ...            {"mechanism": "laplace"}])[0][:2]
     ('laplace', 'epsilon')
-    >>> protected([{"mechanism": "marvell", "parameter": "power",
-    ...             "guarantee": "no DP guarantee"}])
-    [('marvell', 'power', 'marvell (no DP guarantee)')]
+    >>> protected([{"mechanism": "marvell", "guarantee": "no DP guarantee"}])
+    [('marvell', 'marvell_power', 'marvell (no DP guarantee)')]
     """
     rows = list(rows)
     names = list(dict.fromkeys(str(r["mechanism"]) for r in rows))

@@ -30,8 +30,14 @@ from tpsl_flwr.release.ledger import DELTA
 Row = dict[str, Any]
 
 UTILITY_LABEL = {"test_auc": "test AUC", "test_accuracy": "test accuracy"}
-COLORS = {"laplace": "C0", "discrete": "C1", "gaussian": "C2"}
-"""The paper's three mechanisms' colours (others: :func:`.guarantee.color_of`)."""
+COLORS = {
+    "laplace": "C0",
+    "discrete": "C1",
+    "gaussian": "C2",
+    "rr-prior": "C5",
+    "marvell": "C4",
+}
+"""Each mechanism's colour (others: :func:`.guarantee.color_of`)."""
 SEEDS, OWN_SE = "std over seeds", "run's own SE"
 """What an error bar is (:func:`estimate`)."""
 PANELS_PER_ROW = 3
@@ -47,6 +53,9 @@ PROTECTED = (
     ("discrete", "epsilon", "Table 3: Discrete GradPerturb (randomized response)"),
     ("gaussian", "sigma", "Gaussian baseline (no pure DP)"),
 )
+"""The paper's mechanisms: name, parameter and table title. Any other
+(``rr-prior``, ``marvell``, ``max-norm``) gets its table from the registry
+(:func:`.guarantee.protected`), titled by what it guarantees."""
 
 
 def utility_key(rows: Iterable[Row]) -> str:
@@ -458,7 +467,7 @@ def denoise_parts(
 
 
 def levels(rows: Iterable[Row], param: str) -> dict[float, list[Row]]:
-    """Rows per value of ``param`` (``epsilon`` or ``sigma``), smallest first."""
+    """Rows per value of ``param`` (``epsilon``, ``sigma``, ...), smallest first."""
     groups: dict[float, list[Row]] = defaultdict(list)
     for row in rows:
         groups[level_of(row, param)].append(row)

@@ -8,13 +8,18 @@ adding a mechanism is adding one module and importing it here.
 * ``laplace``: ``c = (1 - t, t)``, ``t = y + u (1 - 2y)``, ``u ~ Lap(1/eps)``
   (binary) or ``c = e_y + U``, ``U_j ~ Lap(2/eps)`` (k classes);
 * ``discrete``: randomized response on the label;
-* ``gaussian``: the baseline ``g_y + r``, ``r ~ N(0, sigma^2 I)``.
+* ``gaussian``: the baseline ``g_y + r``, ``r ~ N(0, sigma^2 I)``;
+* ``marvell``, ``max-norm``: the per-batch gradient noise of Li et al. 2022
+  (no DP guarantee);
+* ``rr-prior``: randomized response with a prior (Ghazi et al. 2021),
+  ``epsilon``-label-DP at the label party's training.
 """
 
 from __future__ import annotations
 
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.mechanisms.base import (
+    PARAMETERS,
     REGISTRY,
     Mechanism,
     mechanism_class,
@@ -23,21 +28,28 @@ from tpsl_flwr.privacy.mechanisms.base import (
 )
 from tpsl_flwr.privacy.mechanisms.gaussian import GaussianPerturb
 from tpsl_flwr.privacy.mechanisms.laplace import LAPLACE_GRID, LaplacePerturb
+from tpsl_flwr.privacy.mechanisms.marvell import MarvellPerturb
+from tpsl_flwr.privacy.mechanisms.max_norm import MaxNormPerturb
 from tpsl_flwr.privacy.mechanisms.none import NoProtection
 from tpsl_flwr.privacy.mechanisms.randomized_response import (
     RandomizedResponse,
     rr_flip_threshold,
     rr_keep_threshold,
 )
+from tpsl_flwr.privacy.mechanisms.rr_prior import RRWithPrior
 
 __all__ = [
     "LAPLACE_GRID",
     "MECHANISMS",
+    "PARAMETERS",
     "REGISTRY",
     "GaussianPerturb",
     "LaplacePerturb",
+    "MarvellPerturb",
+    "MaxNormPerturb",
     "Mechanism",
     "NoProtection",
+    "RRWithPrior",
     "RandomizedResponse",
     "make_mechanism",
     "mechanism_class",
@@ -58,6 +70,7 @@ def make_mechanism(
     *,
     epsilon: float | None = None,
     sigma: float | None = None,
+    marvell_power: float | None = None,
     num_classes: int = 2,
 ) -> Mechanism:
     """Build a mechanism from its name and whatever settings a config holds.
@@ -72,9 +85,11 @@ def make_mechanism(
     name
         One of :data:`MECHANISMS`.
     epsilon
-        The privacy budget of ``laplace`` and ``discrete``; must be > 0.
+        The privacy budget of ``laplace``, ``discrete`` and ``rr-prior``; > 0.
     sigma
         The noise standard deviation of ``gaussian``; must be > 0.
+    marvell_power
+        The power constraint scale of ``marvell`` (``P = s ||g1 - g0||^2``); > 0.
     num_classes
         The number of classes ``k >= 2``.
 
@@ -100,7 +115,7 @@ def make_mechanism(
     'none'
     """
     cls = mechanism_class(name)
-    given = {"epsilon": epsilon, "sigma": sigma}
+    given = {"epsilon": epsilon, "sigma": sigma, "marvell_power": marvell_power}
     if cls.parameter is None:
         return cls(num_classes=num_classes)
     value = given[cls.parameter]

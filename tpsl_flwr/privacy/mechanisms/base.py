@@ -11,6 +11,17 @@ Every mechanism's sampler returns :class:`NoisyLabels`: all but the Gaussian
 baseline are label randomizers, mapping the label ``y`` to a coefficient vector
 ``c`` over the ``k`` classes, and GradPerturb outputs ``sum_j c_j g_j`` (Yang et
 al., Algorithms 2 and 4).
+
+Two kinds of baseline defense do not fit a keyed sampler of ``(key, id)`` alone
+(``docs/baselines.md``):
+
+* ``gradient_noise``: noise computed per batch from the batch's clean
+  cut-layer gradients and labels (Marvell, max-norm; Li et al. 2022):
+  :meth:`Mechanism.perturb_batch`. They carry no DP guarantee
+  (``dp_guarantee = False``).
+* ``needs_prior``: a label randomizer whose law depends on a per-sample prior
+  the label party computes at training time (RR-with-prior; Ghazi et al.
+  2021): :meth:`Mechanism.sample_with_prior`.
 """
 
 from __future__ import annotations
@@ -29,7 +40,9 @@ if TYPE_CHECKING:
     from tpsl_flwr.privacy.keyed_noise import NoiseKey
 
 __all__ = [
+    "PARAMETERS",
     "REGISTRY",
+    "BatchReference",
     "Mechanism",
     "NoisyLabels",
     "mechanism_class",
@@ -56,12 +69,37 @@ class NoisyLabels:
     additive: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class BatchReference:
+    """What a gradient-noise mechanism keeps from one batch for the next.
+
+    Marvell's noise needs both classes in a batch; a batch holding one class
+    only is given the covariance the last two-class batch solved for
+    (:mod:`~tpsl_flwr.privacy.mechanisms.marvell`).
+
+    Attributes
+    ----------
+    values
+        The mechanism's scalars (Marvell: ``lam10, lam20, lam11, lam21``).
+    direction
+        A unit vector of the cut-layer width (Marvell: ``g1 - g0``, normed).
+    """
+
+    values: tuple[float, ...]
+    direction: np.ndarray
+
+
 def one_hot(labels: np.ndarray, num_classes: int) -> np.ndarray:
     """Return the ``(n, k)`` float64 one-hot encoding of ``labels``."""
     out = np.zeros((labels.size, num_classes), dtype=np.float64)
     out[np.arange(labels.size), labels] = 1.0
     return out
 
+
+PARAMETERS: tuple[str, ...] = ("epsilon", "sigma", "marvell_power")
+"""Every parameter a mechanism may take, as :func:`make_mechanism
+<tpsl_flwr.privacy.mechanisms.make_mechanism>` names it (the run config's key
+is the same with ``-`` for ``_``)."""
 
 REGISTRY: dict[str, type[Mechanism]] = {}
 """Every mechanism class by name, in registration order."""
@@ -93,7 +131,7 @@ def mechanism_class(name: str) -> type[Mechanism]:
 
 
 def parameter_of(name: str) -> str | None:
-    """The parameter mechanism ``name`` takes: ``"epsilon"``, ``"sigma"`` or None.
+    """The parameter mechanism ``name`` takes (one of :data:`PARAMETERS`) or None.
 
     Examples
     --------
@@ -123,6 +161,14 @@ class Mechanism:
     """Where the mechanism appears in lists (CLI choices, tables)."""
     additive: ClassVar[bool] = False
     """Whether the noise is added to ``g_y`` (Gaussian) rather than a label mix."""
+    gradient_noise: ClassVar[bool] = False
+    """Whether the noise is computed per batch from the clean cut-layer gradients
+    (:meth:`perturb_batch`); the top model then trains on the exact labels."""
+    needs_prior: ClassVar[bool] = False
+    """Whether the sampler needs a per-sample prior (:meth:`sample_with_prior`)."""
+    dp_guarantee: ClassVar[bool] = True
+    """Whether the mechanism states any differential-privacy guarantee. False for
+    heuristics (Marvell, max-norm): their epsilon is ``None`` everywhere."""
     num_classes: int = 2
 
     def __post_init__(self) -> None:
@@ -136,7 +182,9 @@ class Mechanism:
     @property
     def parameter_value(self) -> float | None:
         """The value of :attr:`parameter` (None for a mechanism without one)."""
-        return None if self.parameter is None else float(getattr(self, self.parameter))
+        if self.parameter is None:
+            return None
+        return float(getattr(self, self.parameter_field or self.parameter))
 
     @property
     def epsilon(self) -> float | None:
@@ -147,6 +195,18 @@ class Mechanism:
     def protects(self) -> bool:
         """Whether the mechanism adds any noise at all."""
         return True
+
+    @classmethod
+    def keyed_labels(cls) -> bool:
+        """Whether each label's release is a function of (key, id, label) alone.
+
+        True for the label randomizers (``none``, ``laplace``, ``discrete``):
+        their noisy labels can be drawn for any id at any time, which
+        validation and the frequency prior need. False for the Gaussian
+        baseline and the gradient-noise mechanisms (the labels stay clean) and
+        for RR-with-prior (its law depends on a prior known at training time).
+        """
+        return not (cls.additive or cls.gradient_noise or cls.needs_prior)
 
     # ---------------------------------------------------------- declared once
     def sample(
@@ -159,6 +219,48 @@ class Mechanism:
     ) -> NoisyLabels:
         """Randomize validated ``labels`` with keyed noise (one word stream per id)."""
         raise NotImplementedError
+
+    def sample_with_prior(
+        self,
+        labels: np.ndarray,
+        ids: np.ndarray,
+        key: NoiseKey,
+        stream: int,
+        prior: np.ndarray,
+    ) -> NoisyLabels:
+        """Randomize ``labels`` given each sample's ``(n, k)`` prior."""
+        raise NotImplementedError(f"mechanism {self.name!r} takes no prior")
+
+    def perturb_batch(
+        self,
+        grads: np.ndarray,
+        labels: np.ndarray,
+        normals: np.ndarray,
+        reference: BatchReference | None,
+    ) -> tuple[np.ndarray, BatchReference | None]:
+        """Noisy per-sample cut-layer gradients of a batch (``gradient_noise``).
+
+        Parameters
+        ----------
+        grads
+            ``(n, d)`` float64 clean per-sample gradients ``g_y``.
+        labels
+            ``(n,)`` labels of the batch.
+        normals
+            ``(n, noise_width(d))`` independent standard normals (keyed).
+        reference
+            What an earlier batch left for the next (None at first).
+
+        Returns
+        -------
+        tuple
+            The ``(n, d)`` noisy gradients, and the reference to keep.
+        """
+        raise NotImplementedError(f"mechanism {self.name!r} perturbs no gradients")
+
+    def noise_width(self, dim: int) -> int:
+        """Standard normals per sample :meth:`perturb_batch` needs at width ``dim``."""
+        raise NotImplementedError(f"mechanism {self.name!r} perturbs no gradients")
 
     def dp_event(self) -> dp_accounting.DpEvent:
         """The dp-accounting event of one release of one label."""
