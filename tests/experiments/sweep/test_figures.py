@@ -122,9 +122,7 @@ def test_utility_vs_sda_has_every_mechanism_labels_and_the_ceiling(figures):
         "no protection",
     }
     texts = _texts(fig)
-    assert {"ε=1", "ε=4", f"{SIGMA}=2", "P=1", "P=4", "no protection"} <= (
-        texts
-    )
+    assert {"ε=1", "ε=4", f"{SIGMA}=2", "P=1", "P=4", "no protection"} <= (texts)
     for series in _series(data, "points"):
         assert all(p["label"] for p in series["points"])
     # The eps ceiling: one curve per eps-DP mechanism, at e^eps / (1 + e^eps).

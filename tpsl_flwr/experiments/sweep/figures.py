@@ -164,9 +164,14 @@ class _Recorder:
         name: str,
         points: Sequence[Point],
         labelled: bool = True,
+        offset: tuple[int, int] | None = None,
         **style: Any,
     ) -> None:
-        """A series with x and y error bars, each point annotated with its label."""
+        """A series with x and y error bars, each point annotated with its label.
+
+        ``offset``: where the labels go, in points (default: by the series'
+        place in the panel, so that series put theirs apart).
+        """
         points = [p for p in points if math.isfinite(p.x) and math.isfinite(p.y)]
         if not points:
             return
@@ -175,7 +180,8 @@ class _Recorder:
         yerr = [0.0 if math.isnan(p.yerr) else p.yerr for p in points]
         ax.errorbar(x, y, xerr=xerr, yerr=yerr, capsize=3, label=name, **style)
         # Series of one panel put their labels at different offsets.
-        offset = OFFSETS[len(panel["series"]) % len(OFFSETS)]
+        if offset is None:
+            offset = OFFSETS[len(panel["series"]) % len(OFFSETS)]
         if labelled:
             for p in points:
                 ax.annotate(
@@ -308,7 +314,9 @@ def _utility_vs_sda(ax: Any, rec: _Recorder, title: str, group: Sequence[Row]) -
             if _guarantee(runs) == NO_DP:
                 name += " (no DP guarantee)"
             points = _level_points(runs, param, sda, utility)
-            rec.points(ax, panel, name, points, **style)
+            # Labels on the left: a point's ceiling tick is on its right.
+            left = ((-30, 5), (-30, -11))[len(panel["series"]) % 2]
+            rec.points(ax, panel, name, points, offset=left, **style)
             if sda == "sda" and _guarantee(runs) == PURE_DP:
                 ceiling = [
                     (_ceiling(p), estimate(p, utility)[0])
@@ -518,7 +526,9 @@ def build_figures(rows: Sequence[Row]) -> dict[str, tuple[Any, dict[str, Any]]]:
         _finish(ax, panel["title"], panel["x_label"], "attack AUC")
     notes = [
         "NA = norm, SA = spectral, SDA = white-box shortest distance; dashed: "
-        "no protection; black: the ε-DP ceiling on any attack's AUC.",
+        "no protection; black: the ε-DP ceiling on any attack's AUC (dashed "
+        "black, where the top model trained on the posterior: the prior-aware "
+        "ceiling the tables' verdicts use).",
     ]
     out[FIGURES[2]] = _done(fig, rec, rows, "Attack AUCs vs ε", notes)
     return out
