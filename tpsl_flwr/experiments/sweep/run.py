@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tpsl_flwr._util.private_files import write_private
+from tpsl_flwr.attacks.report import direction_text
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.audience import (
     PUBLIC_RUN_COLUMNS,
@@ -80,12 +81,16 @@ ATTACK_COLUMNS = (
     "cosine",
     "spectral",
     "sda",
+    "sda_pooled",
     "sda_top1",
+    "direction",
     "auc_bound",
     "auc_bound_without_prior",
 )
-"""Final-epoch attack AUCs and the ceiling (``auc_bound``: prior-aware where
-the top model trains on the posterior, the plain eps one beside it)."""
+"""Final-epoch attack AUCs (each ``max(AUC, 1 - AUC)``; ``direction`` names
+those turned round, :func:`~tpsl_flwr.attacks.report.direction_text`) and the
+ceiling (``auc_bound``: prior-aware where the top model trains on the
+posterior, the plain eps one beside it)."""
 CSV_COLUMNS = (
     "run",
     "dataset",
@@ -172,6 +177,7 @@ def run_row(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
     }
     for key in ATTACK_COLUMNS:
         row[key] = attacks.get(key)
+    row["direction"] = direction_text(attacks) or None
     row.update(attack_uncertainty(attacks))
     return row
 
