@@ -261,7 +261,7 @@ def test_the_transcript_audit_takes_the_statistic_of_the_mechanism():
 # ------------------------------------------------------------ float ties
 def test_float_rounding_does_not_break_the_ties_of_a_release():
     # Randomized response through float32: every t is 0 or 1 up to rounding;
-    # broken at random, the ties would move the AUC by ~0.004 at 8,000 rows.
+    # broken at random by it, the ties would add variance to the AUC.
     rng = np.random.default_rng(3)
     n = 8000
     labels = (rng.random(n) < 0.25).astype(np.int64)

@@ -221,9 +221,10 @@ def merge_close(values: np.ndarray, resolution: float) -> np.ndarray:
     A label coordinate computed from float32 gradients carries rounding of
     about ``1e-7`` relative; where releases tie exactly (randomized
     response's ``y~``, the clipped ends of a Laplace release) that rounding
-    would break the ties at random and add variance to the AUC (about 0.004
-    on 8,000 rows at eps 1, half a standard error). Sorted values whose gap
-    is below ``resolution`` take the first value of their run.
+    would break the ties at random and add variance to the AUC (measured:
+    0.7274 and 0.7253 in the two epochs of one run on 7,957 rows at eps 1,
+    the same released labels). Sorted values whose gap is below
+    ``resolution`` take the first value of their run.
 
     Examples
     --------
