@@ -241,19 +241,47 @@ def test_the_report_scores_the_statistic_and_keeps_the_pooled_distance():
         attack_report(batches, sda_statistic="nearest")
 
 
-def test_the_transcript_audit_takes_the_statistic_of_the_mechanism():
-    class Party:
-        def __init__(self, mechanism, placement):
-            self.mechanism, self.placement = mechanism, placement
+class _Party:
+    """The least a label party shows the audit: a top model, labels, a mechanism."""
 
+    def __init__(self, mechanism, placement):
+        torch.manual_seed(0)
+        self.top = torch.nn.Sequential(
+            torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)
+        )
+        self.labels = np.array([0, 1] * 100, dtype=np.int8)
+        self.mechanism, self.placement, self.denoise = mechanism, placement, "none"
+        self.noise = torch.Generator().manual_seed(1)
+
+    def train_step(self, sample_ids, embeddings, epoch=0):
+        candidates = candidate_gradients(self.top, embeddings)
+        sent = candidates[torch.as_tensor(sample_ids), self.labels[sample_ids]]
+        sent = sent + torch.randn(sent.shape, generator=self.noise)
+        return sent / len(sample_ids)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "placement", "statistic"),
+    [
+        (make_mechanism("gaussian", sigma=1.0), "cut", "distance"),
+        (make_mechanism("gaussian", sigma=1.0), "logits", "coordinate"),
+        (make_mechanism("laplace", epsilon=1.0), "cut", "coordinate"),
+    ],
+)
+def test_the_transcript_audit_takes_the_statistic_of_the_mechanism(
+    mechanism, placement, statistic
+):
+    # Prepare
+    party = _Party(mechanism, placement)
     audit = TranscriptAudit([(0, 2)])
-    assert audit.statistic == "coordinate"
-    for party, expected in [
-        (Party(make_mechanism("gaussian", sigma=1.0), "cut"), "distance"),
-        (Party(make_mechanism("laplace", epsilon=1.0), "cut"), "coordinate"),
-    ]:
-        audit.statistic = sda_statistic(party.mechanism, party.placement)
-        assert audit.statistic == expected
+    ids = np.arange(200)
+    scales = torch.exp(torch.randn(200, 1, generator=torch.Generator().manual_seed(2)))
+    # Execute: one step of 200 rows, then the epoch's report.
+    audit.step(party, ids, scales * torch.randn(200, 2), epoch=0)
+    report = audit.epoch_report(None)
+    # Assert: the distance is the SDA only for the Gaussian at the cut layer.
+    assert audit.statistic == statistic
+    assert (report["sda"] == report["sda_pooled"]) == (statistic == "distance")
     with pytest.raises(ConfigError, match="'x'"):
         TranscriptAudit([(0, 2)], statistic="x")
 
