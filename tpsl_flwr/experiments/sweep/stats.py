@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tpsl_flwr.attacks.ceiling import ABOVE, BELOW, WITHIN
+from tpsl_flwr.attacks.report import INVERTED
 from tpsl_flwr.privacy.epsilon_text import total_text
 from tpsl_flwr.release.ledger import DELTA
 
@@ -95,6 +96,8 @@ def cell(rows: Sequence[Row], key: str) -> str:
     """``mean ± std`` of ``key`` over seeds (``-`` when no row has it).
 
     A lone run shows its own standard error where the row has ``<key>_se``.
+    An attack reported as ``1 - AUC`` in some runs (their ``direction``,
+    :func:`~tpsl_flwr.attacks.report.direction_text`) says in how many.
 
     Examples
     --------
@@ -104,6 +107,9 @@ def cell(rows: Sequence[Row], key: str) -> str:
     '0.733 (SE 0.023)'
     >>> cell([{"sda": None}], "sda")
     '-'
+    >>> cell([{"cosine": 0.6, "direction": "inverted: cosine"}, {"cosine": 0.7}],
+    ...      "cosine")
+    '0.650 ± 0.050 (inverted in 1/2)'
     """
     values = values_of(rows, key)
     if values.size == 0:
@@ -111,9 +117,22 @@ def cell(rows: Sequence[Row], key: str) -> str:
     if values.size == 1:
         errors = values_of(rows, f"{key}_se")
         if errors.size == 1:
-            return f"{values[0]:.3f} (SE {errors[0]:.3f})"
-        return f"{values[0]:.3f}"
-    return f"{values.mean():.3f} ± {values.std():.3f}"
+            text = f"{values[0]:.3f} (SE {errors[0]:.3f})"
+        else:
+            text = f"{values[0]:.3f}"
+    else:
+        text = f"{values.mean():.3f} ± {values.std():.3f}"
+    inverted = sum(key in _inverted(r.get("direction")) for r in rows)
+    if inverted:
+        text += f" (inverted in {inverted}/{values.size})"
+    return text
+
+
+def _inverted(direction: Any) -> list[str]:
+    """The attacks a ``direction`` cell names as inverted (``inverted: a, b``)."""
+    if not isinstance(direction, str) or not direction.startswith(f"{INVERTED}:"):
+        return []
+    return [name.strip() for name in direction.partition(":")[2].split(",")]
 
 
 def total_cell(rows: Sequence[Row]) -> str:
