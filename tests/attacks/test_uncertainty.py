@@ -15,9 +15,11 @@ from tpsl_flwr.attacks.ceiling import (
     ceiling_verdict,
 )
 from tpsl_flwr.attacks.mechanism_audit import run_audit
+from tpsl_flwr.attacks.report import direction_text
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
 from tpsl_flwr.experiments.run_report import markdown
 from tpsl_flwr.experiments.sweep.report import tables_markdown, write_tables
+from tpsl_flwr.experiments.sweep.run import run_row
 from tpsl_flwr.metrics.auc import auc_standard_error
 from tpsl_flwr.privacy.closed_forms import auc_bound
 from tpsl_flwr.privacy.mechanisms import make_mechanism
@@ -103,17 +105,30 @@ def test_the_rule_is_four_standard_errors_or_a_strict_epsilon_bound():
     assert ceiling_verdict(0.7, se, None) is None
 
 
-def test_a_flipped_orientation_is_judged_by_one_minus_auc():
-    # The ceiling bounds a score and its negation alike.
+def test_a_flipped_orientation_is_reported_as_one_minus_auc_and_inverted():
+    # The ceiling bounds a score and its negation alike: an SDA of 0.05 is an
+    # attack of 0.95 pointed the wrong way round.
     batches = _flipped_epoch(10_000, 10_000, flip_pos=9_500, flip_neg=9_500)
     report = attack_report(batches, auc_bound=0.73)
-    assert report["sda"] == pytest.approx(0.05)
+    assert report["sda"] == pytest.approx(0.95)
+    assert report["direction"]["sda"] == "inverted"
+    assert report["per_batch"]["sda"]["mean"] > 0.9  # the batches turned too
     assert report["ceiling_verdict"]["sda"] == ABOVE
+    upright = attack_report(_flipped_epoch(10_000, 10_000, 500, 500))
+    assert upright["sda"] == pytest.approx(0.95)
+    assert upright["direction"]["sda"] == "as scored"
 
 
 def test_every_binary_attack_has_a_standard_error_and_multiclass_top1_too():
     binary = attack_report(_flipped_epoch(300, 700, 30, 70))
-    assert set(binary["standard_error"]) == {"norm", "cosine", "spectral", "sda"}
+    assert set(binary["standard_error"]) == {
+        "norm",
+        "cosine",
+        "spectral",
+        "sda",
+        "sda_pooled",
+    }
+    assert set(binary["direction"]) == set(binary["standard_error"])
     assert "ceiling_verdict" not in binary  # no ceiling given
     rng = np.random.default_rng(1)
     y = rng.integers(0, 3, size=200)
@@ -197,6 +212,40 @@ def test_report_md_shows_standard_errors_and_the_verdict():
     assert "0.7332 ± 0.0231" in text
     assert "| sda: within sampling error |" in text
     assert "4 standard errors" in text
+
+
+def test_an_inverted_attack_reads_one_minus_auc_and_inverted_everywhere():
+    # Prepare: an epoch whose spectral attack scored 0.387 the wrong way round.
+    entry = _entry()
+    entry["attack_auc"]["spectral"] = 0.613
+    entry["attack_auc"]["direction"] = {
+        "norm": "as scored",
+        "cosine": "as scored",
+        "spectral": "inverted",
+        "sda": "as scored",
+    }
+    results = {
+        "mechanism": "discrete",
+        "epsilon": 1.0,
+        "dataset": "breast-cancer",
+        "engine": "local",
+        "num_parties": 2,
+        "placement": "logits",
+        "epochs": 1,
+        "epsilon_spent": 1.0,
+        "noise_key": {"secure": True},
+        "test_auc": 0.9,
+        "samples_per_second": 900.0,
+        "history": [entry],
+        "config": {},
+    }
+    # Execute / Assert: the progress line, report.md and the runs.csv row.
+    assert "spectral 0.613 ± 0.020 inverted" in progress_line(entry)
+    assert "| 0.6130 ± 0.0200 (inverted) |" in markdown(results)
+    row = run_row("r0", results)
+    assert row["spectral"] == 0.613
+    assert row["direction"] == "inverted: spectral"
+    assert direction_text(entry["attack_auc"]) == "inverted: spectral"
 
 
 def _row(seed, sda, verdict, se=0.02):

@@ -8,7 +8,9 @@ computed separately (:mod:`tpsl_flwr.attacks.metrics`).
 
 Gradient attacks (what label DP bounds): :func:`norm_scores`,
 :func:`cosine_scores`, :func:`spectral_scores`, :func:`sda_scores` /
-:func:`sda_predictions`, all run on an epoch by :func:`attack_report`.
+:func:`sda_predictions` (white-box, on each sample's :func:`label_coordinates`,
+the statistic :func:`sda_statistic` picks for a mechanism), all run on an
+epoch by :func:`attack_report`.
 Population-level attacks (what label DP does not bound, see
 :mod:`tpsl_flwr.attacks.population`): :func:`model_completion_scores`,
 :func:`clustering_scores`.
@@ -30,7 +32,12 @@ from tpsl_flwr.attacks.metrics import (
 )
 from tpsl_flwr.attacks.norm import norm_scores
 from tpsl_flwr.attacks.report import BatchRecord, attack_report
-from tpsl_flwr.attacks.sda import sda_predictions, sda_scores
+from tpsl_flwr.attacks.sda import (
+    label_coordinates,
+    sda_predictions,
+    sda_scores,
+    sda_statistic,
+)
 from tpsl_flwr.attacks.signals import per_sample_gradients
 from tpsl_flwr.attacks.spectral import spectral_direction, spectral_scores
 
@@ -41,6 +48,7 @@ __all__ = [
     "batch_aucs",
     "clustering_scores",
     "cosine_scores",
+    "label_coordinates",
     "model_completion_probabilities",
     "model_completion_scores",
     "norm_scores",
@@ -50,6 +58,7 @@ __all__ = [
     "pooled_auc",
     "sda_predictions",
     "sda_scores",
+    "sda_statistic",
     "spectral_direction",
     "spectral_scores",
     "top1_accuracy",

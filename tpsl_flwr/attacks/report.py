@@ -13,10 +13,13 @@ Decisions, stated once:
 * the cosine attack's known positive is the first sample of the epoch (in
   batch order) with label 1 and a non-zero gradient; it stays among the scored
   samples (one of thousands). Under label DP its own gradient is perturbed:
-  when its label was effectively flipped, the cosine AUC falls below 0.5 (the
-  attack is then oriented the wrong way; ``1 - AUC`` is still bounded by the
-  DP ceiling). That is the attack as Li et al. define it, and it is reported
-  as is;
+  when its label was effectively flipped, the attack scores the wrong way
+  round (an AUC below 0.5);
+* an attack whose pooled AUC is below 0.5 is reported the right way round,
+  ``max(AUC, 1 - AUC)``, its scores negated for the per-batch AUCs and the
+  verdict too, and ``direction[name]`` says ``"inverted"`` (else ``"as
+  scored"``): an AUC of 0.387 is an attack of 0.613 pointed the wrong way,
+  not a failed one. The ceiling bounds a score and its negation alike;
 * the spectral attack is oriented without labels by default (cluster size
   over the whole epoch, right for minority positives as in CTR data; a coin
   flip on balanced data, where ``spectral="known-positive"`` uses the cosine
@@ -24,6 +27,13 @@ Decisions, stated once:
   whole epoch's gradients on their top direction; the per-batch AUC projects
   each batch on its own top direction, signed to agree with the epoch's (a
   batch holds too few positives to orient itself under Laplace noise);
+* the white-box SDA scores each sample by its likelihood-ratio statistic
+  (:mod:`~tpsl_flwr.attacks.sda`): by default its label coordinate, the
+  projection of the received gradient onto ``g_1 - g_0`` normalised by the
+  sample's own scale (``sda_statistic="distance"`` for isotropic gradient
+  noise, the Gaussian baseline at the cut layer); the pooled squared-distance
+  score, which weighs samples by their gradient scale, is reported beside it
+  as ``sda_pooled``;
 * multi-class (``k > 2``): the norm, cosine and spectral attacks are binary
   and are omitted from the report; SDA's top-1 accuracy is reported under
   ``sda_top1``;
@@ -34,10 +44,7 @@ Decisions, stated once:
   (:func:`~tpsl_flwr.attacks.ceiling.ceiling_verdict`: above the ceiling beyond
   4 standard errors, within sampling error, or below; at an AUC of exactly 1
   or 0, whose standard error is 0, an exact binomial test decides instead,
-  :func:`boundary_epsilon_bound`). The ceiling bounds a
-  score and its negation alike, so the verdict reads the better orientation,
-  ``max(AUC, 1 - AUC)`` (a cosine attack whose known positive was flipped
-  scores below 0.5).
+  :func:`boundary_epsilon_bound`).
 
 The population-level attacks (:mod:`~tpsl_flwr.attacks.completion`,
 :mod:`~tpsl_flwr.attacks.clustering`) need embeddings, not gradients, and are
@@ -46,7 +53,8 @@ not part of this report.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -70,14 +78,21 @@ from tpsl_flwr.attacks.metrics import (
     top1_accuracy,
 )
 from tpsl_flwr.attacks.norm import norm_scores
-from tpsl_flwr.attacks.sda import sda_predictions, sda_scores
+from tpsl_flwr.attacks.sda import (
+    SDA_STATISTICS,
+    sda_predictions,
+    sda_scores,
+)
 from tpsl_flwr.attacks.signals import per_sample_gradients
 from tpsl_flwr.attacks.spectral import spectral_direction, spectral_scores
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.empirical import epsilon_lower_bound
 
-BINARY_ATTACKS = ("norm", "cosine", "spectral", "sda")
+BINARY_ATTACKS = ("norm", "cosine", "spectral", "sda", "sda_pooled")
 """Keys of a binary report (pooled AUC) and of its ``per_batch`` entry."""
+AS_SCORED = "as scored"
+INVERTED = "inverted"
+"""``direction[name]`` of an attack whose AUC was below 0.5, reported as ``1 - AUC``."""
 SPECTRAL_ORIENTATIONS = ("size", "known-positive")
 """How :func:`attack_report` orients the spectral attack (``size`` default)."""
 
@@ -199,18 +214,25 @@ def _known_positive(epoch: _Epoch) -> int | None:
 
 
 def _binary_report(
-    epoch: _Epoch, spectral: str, auc_bound: float | None
+    epoch: _Epoch, spectral: str, auc_bound: float | None, sda_statistic: str
 ) -> dict[str, Any]:
     labels = epoch.split(epoch.labels)
     pooled: dict[str, float | None] = {}
     errors: dict[str, float | None] = {}
     verdicts: dict[str, str | None] = dict.fromkeys(BINARY_ATTACKS)
+    directions: dict[str, str | None] = dict.fromkeys(BINARY_ATTACKS)
     per_batch: dict[str, dict[str, float | int]] = {}
     n_pos = int(np.count_nonzero(epoch.labels == 1))
     n_neg = int(epoch.labels.size - n_pos)
 
     def record(name: str, scores: np.ndarray, batch_scores: list[np.ndarray]) -> None:
         auc = pooled_auc(epoch.labels, scores)
+        if math.isfinite(auc):
+            directions[name] = AS_SCORED
+            if auc < 0.5:  # pointed the wrong way: report the attack turned round
+                scores, batch_scores = -scores, [-b for b in batch_scores]
+                auc = pooled_auc(epoch.labels, scores)
+                directions[name] = INVERTED
         pooled[name] = auc
         errors[name] = pooled_auc_standard_error(auc, n_pos, n_neg)
         per_batch[name] = BatchStats.of(batch_aucs(labels, batch_scores)).to_dict()
@@ -246,19 +268,45 @@ def _binary_report(
     record("spectral", pooled_spectral, spectral_batches)
 
     if epoch.candidates is None:
-        pooled["sda"] = errors["sda"] = None
+        for name in ("sda", "sda_pooled"):
+            pooled[name] = errors[name] = None
     else:
-        sda = sda_scores(epoch.gradients, epoch.candidates)
+        sda = sda_scores(epoch.gradients, epoch.candidates, statistic=sda_statistic)
         record("sda", sda, epoch.split(sda))
+        distance = sda_scores(epoch.gradients, epoch.candidates, statistic="distance")
+        record("sda_pooled", distance, epoch.split(distance))
     verdict = {"ceiling_verdict": verdicts} if auc_bound is not None else {}
     return {
         **pooled,
         "standard_error": errors,
+        "direction": directions,
         **verdict,
         "positives": n_pos,
         "cosine_positive_id": None if known is None else int(epoch.ids[known]),
         "per_batch": per_batch,
     }
+
+
+def direction_text(attacks: Mapping[str, Any]) -> str:
+    """Which of an epoch's attacks were turned round: one cell or clause.
+
+    ``"as scored"`` when none, ``"inverted: cosine, spectral"`` when some
+    (each reported as ``1 - AUC``), ``""`` for a report without directions.
+
+    Examples
+    --------
+    >>> direction_text({"direction": {"norm": "as scored", "spectral": "inverted"}})
+    'inverted: spectral'
+    >>> direction_text({"direction": {"norm": "as scored", "sda": None}})
+    'as scored'
+    >>> direction_text({})
+    ''
+    """
+    directions = attacks.get("direction") or {}
+    if not any(directions.values()):
+        return ""
+    flipped = [name for name, way in directions.items() if way == INVERTED]
+    return f"{INVERTED}: {', '.join(flipped)}" if flipped else AS_SCORED
 
 
 def oriented_verdict(
@@ -316,10 +364,12 @@ def boundary_epsilon_bound(
         return None
 
 
-def _multiclass_report(epoch: _Epoch) -> dict[str, Any]:
+def _multiclass_report(epoch: _Epoch, sda_statistic: str) -> dict[str, Any]:
     if epoch.candidates is None:
         return {"sda_top1": None, "per_batch": {}}
-    predictions = sda_predictions(epoch.gradients, epoch.candidates)
+    predictions = sda_predictions(
+        epoch.gradients, epoch.candidates, statistic=sda_statistic
+    )
     stats = per_batch_top1(epoch.split(epoch.labels), epoch.split(predictions))
     accuracy = top1_accuracy(epoch.labels, predictions)
     return {
@@ -337,6 +387,7 @@ def attack_report(
     classes: int | None = None,
     spectral: str = "size",
     auc_bound: float | None = None,
+    sda_statistic: str = "coordinate",
 ) -> dict[str, Any]:
     """Run every gradient attack on one epoch of one party's transcript.
 
@@ -351,13 +402,24 @@ def attack_report(
         Orientation of the spectral attack: ``"size"`` (default, no label:
         the smaller cluster of the epoch is label 1) or ``"known-positive"``
         (the cosine attack's known positive).
+    auc_bound
+        The ceiling every AUC is judged against (no verdicts without it).
+    sda_statistic
+        The SDA's statistic (:data:`~tpsl_flwr.attacks.sda.SDA_STATISTICS`):
+        ``"coordinate"`` (default, the likelihood ratio of GradPerturb's
+        label mixing) or ``"distance"`` (that of isotropic gradient noise);
+        :func:`~tpsl_flwr.attacks.sda.sda_statistic` picks it for a
+        mechanism.
 
     Returns
     -------
     dict
         Always ``classes``, ``samples``, ``batches`` and ``per_batch``.
-        Binary: the pooled AUCs ``norm``, ``cosine``, ``spectral`` and ``sda``
-        (``None`` without candidates; NaN where the epoch holds one class),
+        Binary: the pooled AUCs ``norm``, ``cosine``, ``spectral``, ``sda``
+        and ``sda_pooled`` (the squared-distance score; both ``None``
+        without candidates; NaN where the epoch holds one class), each
+        ``max(AUC, 1 - AUC)`` with ``direction[name]``: ``"inverted"`` where
+        the scores were negated to get it, else ``"as scored"``,
         ``cosine_positive_id`` (the known positive's sample id, ``None`` if
         the epoch has no positive), and ``per_batch[name] = {"mean", "p95",
         "skipped", "evaluated"}`` over the batches holding both classes;
@@ -391,12 +453,16 @@ def attack_report(
         raise ConfigError(
             f"spectral must be one of {SPECTRAL_ORIENTATIONS}, got {spectral!r}"
         )
+    if sda_statistic not in SDA_STATISTICS:
+        raise ConfigError(
+            f"sda_statistic must be one of {SDA_STATISTICS}, got {sda_statistic!r}"
+        )
     epoch = _gather(batches)
     k = _classes(epoch, classes)
     if k == 2:
-        body = _binary_report(epoch, spectral, auc_bound)
+        body = _binary_report(epoch, spectral, auc_bound, sda_statistic)
     else:
-        body = _multiclass_report(epoch)
+        body = _multiclass_report(epoch, sda_statistic)
     return {
         "classes": k,
         "samples": int(epoch.labels.size),

@@ -7,8 +7,13 @@ default: memory stays bounded whatever the rows; an epoch that fits is kept
 whole) and scored by :func:`~tpsl_flwr.attacks.report.attack_report`, so the numbers are
 the attacker's numbers; the white-box shortest-distance attack also gets the
 candidate gradients ``g_j`` of the top model *before* the step (the parameters
-the perturbed gradient was computed with). Everything here is derived from
-labels and stays with the label party (it goes to its own results file).
+the perturbed gradient was computed with), and scores each sample by its own
+likelihood-ratio statistic (:func:`~tpsl_flwr.attacks.sda.sda_statistic` of
+the party's mechanism and placement: its label coordinate, the projection on
+``g_1 - g_0`` normalised by its own scale), so its AUC is the closed form of
+the mechanism in every epoch, not only the first. Nothing more is kept for
+it than the candidates of the sampled batches. Everything here is derived
+from labels and stays with the label party (it goes to its own results file).
 
 When the label party's top model trains on the posterior (``denoise =
 "posterior"``, either prior), it learns to predict the clean label from the
@@ -35,6 +40,7 @@ from torch import Tensor, nn
 
 from tpsl_flwr.attacks.report import BatchRecord, attack_report
 from tpsl_flwr.attacks.reservoir import DEFAULT_AUDIT_ROWS, BatchReservoir
+from tpsl_flwr.attacks.sda import SDA_STATISTICS, sda_statistic
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.mechanisms import Mechanism
 from tpsl_flwr.privacy.perturb import candidate_gradients
@@ -52,6 +58,7 @@ class AuditedParty(Protocol):
     labels: np.ndarray
     mechanism: Mechanism
     denoise: str
+    placement: str
 
     def train_step(
         self, sample_ids: object, embeddings: Tensor, epoch: int = 0
@@ -78,6 +85,10 @@ class TranscriptAudit:
         batch_size`` batches is scored whole, exactly as without sampling.
     seed
         Seed of the batch sample (public; never depends on a label).
+    statistic
+        The SDA's statistic for batches offered by :meth:`add_batch`
+        (:data:`~tpsl_flwr.attacks.sda.SDA_STATISTICS`); :meth:`step` sets it
+        from the party's mechanism and placement.
     """
 
     def __init__(
@@ -86,10 +97,16 @@ class TranscriptAudit:
         *,
         capacity_rows: int = DEFAULT_AUDIT_ROWS,
         seed: int = 0,
+        statistic: str = "coordinate",
     ) -> None:
+        if statistic not in SDA_STATISTICS:
+            raise ConfigError(
+                f"statistic must be one of {SDA_STATISTICS}, got {statistic!r}"
+            )
         self.slices = list(slices)
         self.capacity_rows = capacity_rows
         self.seed = seed
+        self.statistic = statistic
         self._sample: BatchReservoir[_Kept] = BatchReservoir(capacity_rows, seed)
         self.seconds = 0.0
 
@@ -104,6 +121,7 @@ class TranscriptAudit:
             The dispatched gradient (unchanged).
         """
         started = time.perf_counter()
+        self.statistic = sda_statistic(party.mechanism, party.placement)
         slot = self._sample.offer(len(ids))
         if slot is None:
             self.seconds += time.perf_counter() - started
@@ -156,8 +174,9 @@ class TranscriptAudit:
         Returns
         -------
         dict
-            Party 0's report (``norm``, ``cosine``, ``spectral``, ``sda`` AUCs
-            for binary labels, or ``sda_top1``; their ``standard_error`` over
+            Party 0's report (``norm``, ``cosine``, ``spectral``, ``sda``,
+            ``sda_pooled`` AUCs for binary labels and their ``direction``, or
+            ``sda_top1``; their ``standard_error`` over
             the rows scored, each AUC's ``ceiling_verdict`` against
             ``auc_bound``; ``per_batch``), ``auc_bound``, ``by_party`` (every
             party's report), ``seconds`` spent auditing, and ``sample``: the
@@ -171,7 +190,11 @@ class TranscriptAudit:
         if auc_bound is not None and priors:
             auc_bound = max(auc_bound, _prior_aware(priors, auc_bound))
         reports = [
-            attack_report([k.records[j] for k in kept], auc_bound=auc_bound)
+            attack_report(
+                [k.records[j] for k in kept],
+                auc_bound=auc_bound,
+                sda_statistic=self.statistic,
+            )
             for j in range(len(self.slices))
         ]
         self.seconds += time.perf_counter() - started

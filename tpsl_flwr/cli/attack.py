@@ -47,6 +47,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
     """``attack``: the black-box attacks on a recorded transcript, offline."""
     import numpy as np
 
+    from tpsl_flwr.attacks.report import INVERTED
     from tpsl_flwr.wire.recorder import score_recorded_transcript
 
     labels = np.load(args.labels)
@@ -60,10 +61,12 @@ def cmd_attack(args: argparse.Namespace) -> int:
     )
     for epoch, report in reports.items():
         errors = report.get("standard_error") or {}
+        directions = report.get("direction") or {}
         cells = [
             f"{name} {report[name]:.4f}"
             + (f" ± {errors[name]:.4f}" if errors.get(name) is not None else "")
             + f" ({report['per_batch'][name]['mean']:.4f})"
+            + (f" {INVERTED}" if directions.get(name) == INVERTED else "")
             for name in ("norm", "cosine", "spectral")
             if report.get(name) is not None
         ]

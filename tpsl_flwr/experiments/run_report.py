@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from tpsl_flwr._util.private_files import write_private
 from tpsl_flwr.attacks.ceiling import BELOW, SIGMAS_OF_TOLERANCE
+from tpsl_flwr.attacks.report import INVERTED
 from tpsl_flwr.privacy.epsilon_text import (
     NO_DP_GUARANTEE,
     epsilon_text,
@@ -158,7 +159,12 @@ def markdown(results: dict[str, Any]) -> str:
         if attacks:
             found = h.get("attack_auc") or {}
             errors = found.get("standard_error") or {}
-            row += [with_error(found.get(a), errors.get(a)) for a in attacks]
+            turned = found.get("direction") or {}
+            row += [
+                with_error(found.get(a), errors.get(a))
+                + (f" ({INVERTED})" if turned.get(a) == INVERTED else "")
+                for a in attacks
+            ]
             row.append(ceiling_cell(found))
             row.append(verdict_cell(found))
         lines.append("| " + " | ".join(row) + " |")
@@ -175,7 +181,8 @@ def markdown(results: dict[str, Any]) -> str:
             "where that error is 0, an exact binomial test decides. The verdict "
             "reads max(AUC, 1 - AUC). Where the top model trains on the "
             "posterior, the verdict uses the prior-aware ceiling, printed after "
-            "the plain one.",
+            "the plain one. An attack whose AUC was below 0.5 scored the wrong way "
+            "round: it is shown as 1 - AUC, marked (inverted).",
         ]
     return "\n".join(lines) + "\n"
 

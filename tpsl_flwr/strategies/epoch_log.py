@@ -17,6 +17,7 @@ from flwr.common.logger import log
 from flwr.serverapp.strategy import Result
 
 from tpsl_flwr.attacks.ceiling import BELOW, ceiling_text
+from tpsl_flwr.attacks.report import INVERTED
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.accounting import PrivacySpent
 from tpsl_flwr.privacy.epsilon_text import epsilon_text, total_text
@@ -139,6 +140,14 @@ def progress_line(entry: dict[str, Any]) -> str:
     >>> progress_line({"samples_per_second": 900.0, "attack_auc": {
     ...     "sda": 0.724, "auc_bound": 0.828, "auc_bound_without_prior": 0.7311}})
     '900 samples/s, attack sda 0.724 (ceiling 0.731 at eps 1; 0.828 with the label prior)'
+
+    An attack pointed the wrong way round is reported as ``1 - AUC``, and
+    says so (:data:`~tpsl_flwr.attacks.report.INVERTED`):
+
+    >>> progress_line({"samples_per_second": 900.0, "attack_auc": {
+    ...     "spectral": 0.613, "standard_error": {"spectral": 0.006},
+    ...     "direction": {"spectral": "inverted"}}})
+    '900 samples/s, attack spectral 0.613 ± 0.006 inverted'
     """  # noqa: E501
     parts = [f"{entry['samples_per_second']:.0f} samples/s"]
     for key in ("test_auc", "test_accuracy", "test_logloss"):
@@ -148,6 +157,7 @@ def progress_line(entry: dict[str, Any]) -> str:
     if attacks:
         errors = attacks.get("standard_error") or {}
         verdicts = attacks.get("ceiling_verdict") or {}
+        directions = attacks.get("direction") or {}
         bound = attacks.get("auc_bound")
         if bound is not None:
             ceiling = ceiling_text(bound, attacks.get("auc_bound_without_prior"))
@@ -160,6 +170,8 @@ def progress_line(entry: dict[str, Any]) -> str:
             se = errors.get(name)
             if se is not None and math.isfinite(se):
                 text += f" ± {se:.3f}"
+            if directions.get(name) == INVERTED:
+                text += f" {INVERTED}"
             verdict = verdicts.get(name)
             if verdict is not None and verdict != BELOW:
                 text += f" ({ceiling}, {verdict})"

@@ -213,8 +213,8 @@ def test_epoch_best_and_last_show_each_epochs_values():
 
 
 def test_tables_say_no_dp_guarantee_and_show_directions(marvell, tmp_path):
-    # Prepare: the spectral AUC reported flipped by the run's attack report.
-    runs = {**grid(direction={"spectral": "flipped"}), **marvell}
+    # Prepare: the spectral AUC reported inverted by the run's attack report.
+    runs = {**grid(direction={"spectral": "inverted"}), **marvell}
     rows = _rows(runs)
 
     # Execute
@@ -227,7 +227,7 @@ def test_tables_say_no_dp_guarantee_and_show_directions(marvell, tmp_path):
     assert "| criteo | 1 |  | 0.745 ± 0.005 |" in section
     gaussian = tables.split("## Gaussian baseline")[1].split("##")[0]
     assert "| criteo | 2 | 2 (delta 1e-05) |" in gaussian
-    assert "[flipped]" in tables.split("## Table 2")[1].split("##")[0]
+    assert "(inverted)" in tables.split("## Table 2")[1].split("##")[0]
     assert "spectral_direction" in csv_columns(rows)
     # LaTeX and CSV beside the Markdown.
     names = [f.name for f in files]

@@ -90,12 +90,15 @@ ATTACK_COLUMNS = (
     "cosine",
     "spectral",
     "sda",
+    "sda_pooled",
     "sda_top1",
     "auc_bound",
     "auc_bound_without_prior",
 )
-"""The chosen epoch's attack AUCs and the ceiling (``auc_bound``: prior-aware
-where the top model trains on the posterior, the plain eps one beside it)."""
+"""The chosen epoch's attack AUCs (each ``max(AUC, 1 - AUC)``; a
+``<attack>_direction`` column names those turned round) and the ceiling
+(``auc_bound``: prior-aware where the top model trains on the posterior, the
+plain eps one beside it)."""
 CSV_COLUMNS = (
     "run",
     "dataset",
@@ -271,7 +274,7 @@ def csv_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
     >>> cols = csv_columns([{"denoise": "none"}, {"denoise": "posterior"}])
     >>> cols[cols.index("sigma") + 1]
     'denoise'
-    >>> "spectral_direction" in csv_columns([{"spectral_direction": "flipped"}])
+    >>> "spectral_direction" in csv_columns([{"spectral_direction": "inverted"}])
     True
     """
     directed = any(r.get(c) not in (None, "") for r in rows for c in DIRECTION_COLUMNS)

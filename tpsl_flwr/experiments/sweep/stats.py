@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tpsl_flwr.attacks.ceiling import ABOVE, BELOW, WITHIN
+from tpsl_flwr.attacks.report import INVERTED
 from tpsl_flwr.privacy.epsilon_text import total_text
 from tpsl_flwr.release.ledger import DELTA
 
@@ -47,7 +48,7 @@ UNCERTAINTY_COLUMNS = (*(f"{a}_se" for a in UNCERTAIN_ATTACKS), "sda_verdict")
 """The per-run uncertainty columns of a sweep row (:func:`attack_uncertainty`)."""
 DIRECTION_COLUMNS = tuple(f"{a}_direction" for a in UNCERTAIN_ATTACKS)
 """Each attack's direction where the run's results report one
-(:func:`attack_directions`): an AUC below 0.5 reported flipped, say."""
+(:func:`attack_directions`): an AUC below 0.5 reported as ``1 - AUC``."""
 PROTECTED = (
     ("laplace", "epsilon", "Table 2: Laplace GradPerturb"),
     ("discrete", "epsilon", "Table 3: Discrete GradPerturb (randomized response)"),
@@ -139,8 +140,8 @@ def attack_directions(attacks: Mapping[str, Any]) -> dict[str, Any]:
 
     Examples
     --------
-    >>> attack_directions({"direction": {"spectral": "flipped"}})["spectral_direction"]
-    'flipped'
+    >>> attack_directions({"direction": {"spectral": "inverted"}})["spectral_direction"]
+    'inverted'
     >>> attack_directions({"norm_direction": "as scored"})["norm_direction"]
     'as scored'
     >>> attack_directions({})["sda_direction"] is None
@@ -185,7 +186,7 @@ def cell(rows: Sequence[Row], key: str) -> str:
     """``mean ± std`` of ``key`` over seeds (``-`` when no row has it).
 
     A lone run shows its own standard error where the row has ``<key>_se``;
-    a direction the results report follows in brackets (:func:`direction_note`).
+    an attack some runs report as ``1 - AUC`` says so (:func:`direction_note`).
 
     Examples
     --------
@@ -195,6 +196,9 @@ def cell(rows: Sequence[Row], key: str) -> str:
     '0.733 (SE 0.023)'
     >>> cell([{"sda": None}], "sda")
     '-'
+    >>> cell([{"cosine": 0.6, "cosine_direction": "inverted"}, {"cosine": 0.7}],
+    ...      "cosine")
+    '0.650 ± 0.050 (inverted in 1/2)'
     """
     values = values_of(rows, key)
     if values.size == 0:
@@ -211,27 +215,28 @@ def cell(rows: Sequence[Row], key: str) -> str:
 
 
 def direction_note(rows: Sequence[Row], key: str) -> str:
-    """`` [flipped]`` when the runs' results report ``key``'s direction.
+    """`` (inverted)`` where the runs report ``key`` as ``1 - AUC``.
 
-    Each distinct direction once, with its count when the runs differ.
+    Read from each row's ``<key>_direction`` (:func:`attack_directions`); with
+    the count where only some runs were turned round.
 
     Examples
     --------
-    >>> direction_note([{"spectral_direction": "flipped"}] * 2, "spectral")
-    ' [flipped]'
-    >>> direction_note([{"spectral_direction": "flipped"}, {}], "spectral")
-    ' [flipped 1/2]'
+    >>> direction_note([{"spectral_direction": "inverted"}] * 2, "spectral")
+    ' (inverted)'
+    >>> direction_note([{"spectral_direction": "inverted"},
+    ...                 {"spectral_direction": "as scored"}], "spectral")
+    ' (inverted in 1/2)'
     >>> direction_note([{}], "spectral")
     ''
     """
     said = [r.get(f"{key}_direction") for r in rows]
-    given = [str(d) for d in said if d not in (None, "")]
-    if not given:
+    turned = sum(d == INVERTED for d in said)
+    if not turned:
         return ""
-    kinds = list(dict.fromkeys(given))
-    if len(kinds) == 1 and len(given) == len(said):
-        return f" [{kinds[0]}]"
-    return " [" + "; ".join(f"{k} {given.count(k)}/{len(said)}" for k in kinds) + "]"
+    return (
+        " (inverted)" if turned == len(said) else f" (inverted in {turned}/{len(said)})"
+    )
 
 
 def total_cell(rows: Sequence[Row]) -> str:
