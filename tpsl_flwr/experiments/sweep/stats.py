@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from tpsl_flwr.attacks.ceiling import ABOVE, BELOW, WITHIN
-from tpsl_flwr.attacks.report import INVERTED
+from tpsl_flwr.attacks.report import AS_SCORED
 from tpsl_flwr.privacy.epsilon_text import total_text
 from tpsl_flwr.release.ledger import DELTA
 
@@ -32,11 +32,17 @@ Row = dict[str, Any]
 
 UTILITY_LABEL = {"test_auc": "test AUC", "test_accuracy": "test accuracy"}
 COLORS = {"laplace": "C0", "discrete": "C1", "gaussian": "C2"}
+"""The paper's three mechanisms' colours (others: :func:`.guarantee.color_of`)."""
+SEEDS, OWN_SE = "std over seeds", "run's own SE"
+"""What an error bar is (:func:`estimate`)."""
 PANELS_PER_ROW = 3
 UNCERTAIN_ATTACKS = ("norm", "cosine", "spectral", "sda", "sda_top1")
 """Attacks whose standard error a row carries as ``<name>_se``."""
 UNCERTAINTY_COLUMNS = (*(f"{a}_se" for a in UNCERTAIN_ATTACKS), "sda_verdict")
 """The per-run uncertainty columns of a sweep row (:func:`attack_uncertainty`)."""
+DIRECTION_COLUMNS = tuple(f"{a}_direction" for a in UNCERTAIN_ATTACKS)
+"""Each attack's direction where the run's results report one
+(:func:`attack_directions`): an AUC below 0.5 reported flipped, say."""
 PROTECTED = (
     ("laplace", "epsilon", "Table 2: Laplace GradPerturb"),
     ("discrete", "epsilon", "Table 3: Discrete GradPerturb (randomized response)"),
@@ -72,6 +78,30 @@ def mean_std(rows: Sequence[Row], key: str) -> tuple[float, float]:
     return float(values.mean()), float(values.std())
 
 
+def estimate(rows: Sequence[Row], key: str) -> tuple[float, float, str]:
+    """``key``'s value over ``rows``, its error bar and what the bar is.
+
+    Several runs: mean and std over seeds; one run: its value and its own
+    standard error (``<key>_se``, NaN if it has none).
+
+    Examples
+    --------
+    >>> estimate([{"sda": 0.7}, {"sda": 0.8}], "sda")
+    (0.75, 0.05..., 'std over seeds')
+    >>> estimate([{"sda": 0.7, "sda_se": 0.02}], "sda")
+    (0.7, 0.02, "run's own SE")
+    """
+    values = values_of(rows, key)
+    if values.size >= 2:
+        return float(values.mean()), float(values.std()), SEEDS
+    if values.size == 1:
+        errors = values_of(rows, f"{key}_se")
+        if errors.size == 1:
+            return float(values[0]), float(errors[0]), OWN_SE
+        return float(values[0]), math.nan, ""
+    return math.nan, math.nan, ""
+
+
 def attack_uncertainty(attacks: Mapping[str, Any]) -> dict[str, Any]:
     """A run's per-attack standard errors and SDA ceiling verdict, as row cells.
 
@@ -92,12 +122,41 @@ def attack_uncertainty(attacks: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def attack_directions(attacks: Mapping[str, Any]) -> dict[str, Any]:
+    """Each attack's direction, where the epoch's ``attack_auc`` reports one.
+
+    Read from ``attack_auc["direction"][name]`` or ``attack_auc["<name>_direction"]``
+    (an attack whose AUC was below 0.5 and is reported as ``1 - AUC`` says so
+    there); ``None`` where the results say nothing.
+
+    Examples
+    --------
+    >>> attack_directions({"direction": {"spectral": "flipped"}})["spectral_direction"]
+    'flipped'
+    >>> attack_directions({"norm_direction": "as scored"})["norm_direction"]
+    'as scored'
+    >>> attack_directions({})["sda_direction"] is None
+    True
+    """
+    given = attacks.get("direction")
+    given = given if isinstance(given, Mapping) else {}
+    return {
+        f"{a}_direction": given.get(a, attacks.get(f"{a}_direction"))
+        for a in UNCERTAIN_ATTACKS
+    }
+
+
+def level_of(row: Row, param: str) -> float:
+    """A row's value of ``param`` (its ``level`` cell when it has no such column)."""
+    value = row.get(param)
+    return float(row["level"] if value in (None, "") else value)
+
+
 def cell(rows: Sequence[Row], key: str) -> str:
     """``mean ± std`` of ``key`` over seeds (``-`` when no row has it).
 
-    A lone run shows its own standard error where the row has ``<key>_se``.
-    An attack reported as ``1 - AUC`` in some runs (their ``direction``,
-    :func:`~tpsl_flwr.attacks.report.direction_text`) says in how many.
+    A lone run shows its own standard error where the row has ``<key>_se``;
+    a direction the results report follows in brackets (:func:`direction_note`).
 
     Examples
     --------
@@ -107,9 +166,9 @@ def cell(rows: Sequence[Row], key: str) -> str:
     '0.733 (SE 0.023)'
     >>> cell([{"sda": None}], "sda")
     '-'
-    >>> cell([{"cosine": 0.6, "direction": "inverted: cosine"}, {"cosine": 0.7}],
-    ...      "cosine")
-    '0.650 ± 0.050 (inverted in 1/2)'
+    >>> cell([{"cosine": 0.6, "cosine_direction": "inverted"},
+    ...       {"cosine": 0.7, "cosine_direction": "as scored"}], "cosine")
+    '0.650 ± 0.050 [inverted 1/2]'
     """
     values = values_of(rows, key)
     if values.size == 0:
@@ -122,17 +181,37 @@ def cell(rows: Sequence[Row], key: str) -> str:
             text = f"{values[0]:.3f}"
     else:
         text = f"{values.mean():.3f} ± {values.std():.3f}"
-    inverted = sum(key in _inverted(r.get("direction")) for r in rows)
-    if inverted:
-        text += f" (inverted in {inverted}/{values.size})"
-    return text
+    return text + direction_note(rows, key)
 
 
-def _inverted(direction: Any) -> list[str]:
-    """The attacks a ``direction`` cell names as inverted (``inverted: a, b``)."""
-    if not isinstance(direction, str) or not direction.startswith(f"{INVERTED}:"):
-        return []
-    return [name.strip() for name in direction.partition(":")[2].split(",")]
+def direction_note(rows: Sequence[Row], key: str) -> str:
+    """`` [flipped]`` when the runs' results report ``key``'s direction.
+
+    Each distinct direction once, with its count when the runs differ.
+
+    Examples
+    --------
+    >>> direction_note([{"spectral_direction": "flipped"}] * 2, "spectral")
+    ' [flipped]'
+    >>> direction_note([{"spectral_direction": "flipped"}, {}], "spectral")
+    ' [flipped 1/2]'
+    >>> direction_note([{}], "spectral")
+    ''
+    >>> direction_note([{"sda_direction": "as scored"}], "sda")
+    ''
+    >>> direction_note([{"cosine_direction": "inverted"}, {"cosine_direction":
+    ...                 "as scored"}], "cosine")
+    ' [inverted 1/2]'
+    """
+    said = [r.get(f"{key}_direction") for r in rows]
+    # "as scored" is the norm and goes unsaid; an inverted attack is named.
+    given = [str(d) for d in said if d not in (None, "", AS_SCORED)]
+    if not given:
+        return ""
+    kinds = list(dict.fromkeys(given))
+    if len(kinds) == 1 and len(given) == len(said):
+        return f" [{kinds[0]}]"
+    return " [" + "; ".join(f"{k} {given.count(k)}/{len(said)}" for k in kinds) + "]"
 
 
 def total_cell(rows: Sequence[Row]) -> str:
@@ -371,7 +450,7 @@ def levels(rows: Iterable[Row], param: str) -> dict[float, list[Row]]:
     """Rows per value of ``param`` (``epsilon`` or ``sigma``), smallest first."""
     groups: dict[float, list[Row]] = defaultdict(list)
     for row in rows:
-        groups[float(row[param])].append(row)
+        groups[level_of(row, param)].append(row)
     return dict(sorted(groups.items()))
 
 
@@ -382,13 +461,22 @@ def markdown_table(header: list[str], body: list[list[str]]) -> list[str]:
     return lines
 
 
-def panels(plt: Any, count: int, size: tuple[float, float]) -> tuple[Any, list]:
-    """A figure of ``count`` panels, at most :data:`PANELS_PER_ROW` a row."""
+def panels(
+    plt: Any, count: int, size: tuple[float, float], **options: Any
+) -> tuple[Any, list]:
+    """A figure of ``count`` panels, at most :data:`PANELS_PER_ROW` a row.
+
+    ``options`` go to ``plt.subplots`` (``layout="constrained"``, say).
+    """
     count = max(1, count)
     cols = min(count, PANELS_PER_ROW)
     lines = math.ceil(count / cols)
     fig, axes = plt.subplots(
-        lines, cols, figsize=(size[0] * cols, size[1] * lines), squeeze=False
+        lines,
+        cols,
+        figsize=(size[0] * cols, size[1] * lines),
+        squeeze=False,
+        **options,
     )
     flat = list(axes.flat)
     for ax in flat[count:]:
