@@ -303,6 +303,9 @@ def test_float_rounding_does_not_break_the_ties_of_a_release():
     assert pooled_auc(labels, scores) == pooled_auc(labels, released.astype(float))
     merged = merge_close(np.array([0.3, 0.3 + COORDINATE_RESOLUTION / 10, 0.31]), 1e-5)
     assert merged.tolist() == [0.3, 0.3, 0.31]
+    # Exact (float64) gradients: nothing merged.
+    exact = sda_scores(sent.astype(np.float64), candidates, resolution=0.0)
+    assert np.unique(exact).size > 2
 
 
 def test_bad_statistic_names_the_value():
@@ -310,5 +313,7 @@ def test_bad_statistic_names_the_value():
         sda_scores(np.ones((1, 1)), np.ones((1, 2, 1)), statistic="median")
     with pytest.raises(ConfigError, match="'top'"):
         sda_statistic(make_mechanism("laplace", epsilon=1.0), "top")
+    with pytest.raises(ConfigError, match="-1"):
+        sda_scores(np.ones((1, 1)), np.ones((1, 2, 1)), resolution=-1.0)
     with pytest.raises(ConfigError, match="k >= 2"):
         label_coordinates(np.ones((1, 1)), np.ones((1, 1, 1)))

@@ -15,11 +15,11 @@ from tpsl_flwr.attacks.ceiling import (
     ceiling_verdict,
 )
 from tpsl_flwr.attacks.mechanism_audit import run_audit
-from tpsl_flwr.attacks.report import direction_text
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
 from tpsl_flwr.experiments.run_report import markdown
 from tpsl_flwr.experiments.sweep.report import tables_markdown, write_tables
-from tpsl_flwr.experiments.sweep.run import run_row
+from tpsl_flwr.experiments.sweep.run import csv_columns, run_row
+from tpsl_flwr.experiments.sweep.stats import cell
 from tpsl_flwr.metrics.auc import auc_standard_error
 from tpsl_flwr.privacy.closed_forms import auc_bound
 from tpsl_flwr.privacy.mechanisms import make_mechanism
@@ -244,8 +244,12 @@ def test_an_inverted_attack_reads_one_minus_auc_and_inverted_everywhere():
     assert "| 0.6130 ± 0.0200 (inverted) |" in markdown(results)
     row = run_row("r0", results)
     assert row["spectral"] == 0.613
-    assert row["direction"] == "inverted: spectral"
-    assert direction_text(entry["attack_auc"]) == "inverted: spectral"
+    assert row["spectral_direction"] == "inverted"
+    assert row["norm_direction"] == "as scored"
+    assert "spectral_direction" in csv_columns([row])
+    # The sweep tables name the inversion, and say nothing of "as scored".
+    assert cell([row], "spectral") == "0.613 (SE 0.020) [inverted]"
+    assert cell([row], "norm") == "0.610 (SE 0.026)"
 
 
 def _row(seed, sda, verdict, se=0.02):

@@ -203,7 +203,7 @@ def run_audit(
     notes: list[str] = ["audit noise key is seeded (reproducible, not secure)"]
     ceiling = auc_bound(epsilon) if epsilon is not None else None
     if k == 2:
-        scores = sda_scores(received, candidates)
+        scores = sda_scores(received, candidates, resolution=0.0)  # float64
         if labels.min() == labels.max():
             raise ConfigError("the audit drew a single label; raise --samples")
         measured = binary_auc(labels, scores)

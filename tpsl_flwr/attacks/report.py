@@ -54,7 +54,7 @@ not part of this report.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -285,28 +285,6 @@ def _binary_report(
         "cosine_positive_id": None if known is None else int(epoch.ids[known]),
         "per_batch": per_batch,
     }
-
-
-def direction_text(attacks: Mapping[str, Any]) -> str:
-    """Which of an epoch's attacks were turned round: one cell or clause.
-
-    ``"as scored"`` when none, ``"inverted: cosine, spectral"`` when some
-    (each reported as ``1 - AUC``), ``""`` for a report without directions.
-
-    Examples
-    --------
-    >>> direction_text({"direction": {"norm": "as scored", "spectral": "inverted"}})
-    'inverted: spectral'
-    >>> direction_text({"direction": {"norm": "as scored", "sda": None}})
-    'as scored'
-    >>> direction_text({})
-    ''
-    """
-    directions = attacks.get("direction") or {}
-    if not any(directions.values()):
-        return ""
-    flipped = [name for name, way in directions.items() if way == INVERTED]
-    return f"{INVERTED}: {', '.join(flipped)}" if flipped else AS_SCORED
 
 
 def oriented_verdict(

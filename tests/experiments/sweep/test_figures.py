@@ -227,7 +227,7 @@ def test_tables_say_no_dp_guarantee_and_show_directions(marvell, tmp_path):
     assert "| criteo | 1 |  | 0.745 ± 0.005 |" in section
     gaussian = tables.split("## Gaussian baseline")[1].split("##")[0]
     assert "| criteo | 2 | 2 (delta 1e-05) |" in gaussian
-    assert "(inverted)" in tables.split("## Table 2")[1].split("##")[0]
+    assert "[inverted]" in tables.split("## Table 2")[1].split("##")[0]
     assert "spectral_direction" in csv_columns(rows)
     # LaTeX and CSV beside the Markdown.
     names = [f.name for f in files]

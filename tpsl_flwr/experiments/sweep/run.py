@@ -95,10 +95,11 @@ ATTACK_COLUMNS = (
     "auc_bound",
     "auc_bound_without_prior",
 )
-"""The chosen epoch's attack AUCs (each ``max(AUC, 1 - AUC)``; a
-``<attack>_direction`` column names those turned round) and the ceiling
-(``auc_bound``: prior-aware where the top model trains on the posterior, the
-plain eps one beside it)."""
+"""The chosen epoch's attack AUCs, each ``max(AUC, 1 - AUC)`` (its direction in
+``<name>_direction``, :data:`~tpsl_flwr.experiments.sweep.stats.DIRECTION_COLUMNS`;
+``sda_pooled``: the SDA's pooled-distance score beside its likelihood ratio), and
+the ceiling (``auc_bound``: prior-aware where the top model trains on the
+posterior, the plain eps one beside it)."""
 CSV_COLUMNS = (
     "run",
     "dataset",

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from tpsl_flwr.attacks.ceiling import ABOVE, BELOW, WITHIN
-from tpsl_flwr.attacks.report import INVERTED
+from tpsl_flwr.attacks.report import AS_SCORED
 from tpsl_flwr.privacy.epsilon_text import total_text
 from tpsl_flwr.release.ledger import DELTA
 
@@ -186,7 +186,7 @@ def cell(rows: Sequence[Row], key: str) -> str:
     """``mean ± std`` of ``key`` over seeds (``-`` when no row has it).
 
     A lone run shows its own standard error where the row has ``<key>_se``;
-    an attack some runs report as ``1 - AUC`` says so (:func:`direction_note`).
+    a direction the results report follows in brackets (:func:`direction_note`).
 
     Examples
     --------
@@ -196,9 +196,9 @@ def cell(rows: Sequence[Row], key: str) -> str:
     '0.733 (SE 0.023)'
     >>> cell([{"sda": None}], "sda")
     '-'
-    >>> cell([{"cosine": 0.6, "cosine_direction": "inverted"}, {"cosine": 0.7}],
-    ...      "cosine")
-    '0.650 ± 0.050 (inverted in 1/2)'
+    >>> cell([{"cosine": 0.6, "cosine_direction": "inverted"},
+    ...       {"cosine": 0.7, "cosine_direction": "as scored"}], "cosine")
+    '0.650 ± 0.050 [inverted 1/2]'
     """
     values = values_of(rows, key)
     if values.size == 0:
@@ -223,20 +223,24 @@ def direction_note(rows: Sequence[Row], key: str) -> str:
     Examples
     --------
     >>> direction_note([{"spectral_direction": "inverted"}] * 2, "spectral")
-    ' (inverted)'
-    >>> direction_note([{"spectral_direction": "inverted"},
-    ...                 {"spectral_direction": "as scored"}], "spectral")
-    ' (inverted in 1/2)'
+    ' [inverted]'
     >>> direction_note([{}], "spectral")
     ''
+    >>> direction_note([{"sda_direction": "as scored"}], "sda")
+    ''
+    >>> direction_note([{"cosine_direction": "inverted"}, {"cosine_direction":
+    ...                 "as scored"}], "cosine")
+    ' [inverted 1/2]'
     """
     said = [r.get(f"{key}_direction") for r in rows]
-    turned = sum(d == INVERTED for d in said)
-    if not turned:
+    # "as scored" is the norm and goes unsaid; an inverted attack is named.
+    given = [str(d) for d in said if d not in (None, "", AS_SCORED)]
+    if not given:
         return ""
-    return (
-        " (inverted)" if turned == len(said) else f" (inverted in {turned}/{len(said)})"
-    )
+    kinds = list(dict.fromkeys(given))
+    if len(kinds) == 1 and len(given) == len(said):
+        return f" [{kinds[0]}]"
+    return " [" + "; ".join(f"{k} {given.count(k)}/{len(said)}" for k in kinds) + "]"
 
 
 def total_cell(rows: Sequence[Row]) -> str:
