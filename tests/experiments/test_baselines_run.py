@@ -118,8 +118,11 @@ def test_a_tiny_sweep_runs_every_baseline(tmp_path, capsys):
         assert rows[heuristic]["epsilon"] == ""
     assert float(rows["rr-prior"]["epsilon_spent"]) == 1.0
     tables = (tmp_path / "tables.md").read_text()
-    assert "## Marvell (Li et al. 2022): no DP guarantee" in tables
-    assert "## RR-with-prior (Ghazi et al. 2021), eps-label-DP" in tables
+    assert "## marvell (no DP guarantee)" in tables
+    assert "## max-norm (no DP guarantee)" in tables
+    assert "## rr-prior ((eps, 0)-DP)" in tables
+    # max-norm takes no parameter: one level, written "-".
+    assert "| breast-cancer | - |  |" in tables
     for png in ("fig5_utility_vs_epsilon.png", "fig5_utility_vs_sda.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
 

@@ -165,7 +165,7 @@ def test_the_node_process_never_calls_a_label_loader(tmp_path, monkeypatch):
     monkeypatch.setattr(views, "load_label_view", no_labels)
     monkeypatch.setattr("tpsl_flwr.data.load_dataset", no_labels)
     monkeypatch.setattr(
-        "tpsl_flwr.experiments.config.load_label_view", lambda _spec: labels
+        "tpsl_flwr.experiments.config.load_label_view", lambda _spec, **_options: labels
     )
     monkeypatch.setattr("tpsl_flwr.experiments.config.load_dataset", no_labels)
     # Execute: the whole run, nodes included, trains without one label load

@@ -6,8 +6,10 @@ One module per sub-command, parser and handler together:
   and check it against the ``epsilon``-DP ceiling (exit 1 on a violation).
 * ``simulate`` — one experiment on the in-process or the Ray engine; one flag
   per run-config key, of the same name (:mod:`~tpsl_flwr.cli.flags`).
-* ``sweep`` — a grid of experiments from a TOML file, resumable, with the
-  paper's tables and Figure 5 (:mod:`tpsl_flwr.experiments.sweep.run`).
+* ``sweep`` — ``sweep run CONFIG`` (or ``sweep CONFIG``): a grid of
+  experiments from a TOML file, resumable, with the paper's tables and
+  figures; ``sweep report DIR ...``: one report over several sweep folders
+  (:mod:`tpsl_flwr.experiments.sweep`).
 * ``flower-run`` — ``flwr run`` of the app on Flower's Ray simulation, offline,
   with every process it started ended afterwards.
 * ``keygen`` — a noise key in the label party's private folder.
@@ -67,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tpsl-flwr`` command."""
+    argv = sweep.with_run_default(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))

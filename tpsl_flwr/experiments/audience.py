@@ -63,7 +63,13 @@ Fields: TypeAlias = Mapping[str, "Fields | None"]
 """An allow-list: each allowed key, with ``None`` (the value as it is) or the
 allow-list of its own keys (applied to a dict, or to each dict of a list)."""
 
-CONFIG_PATH_KEYS = ("out-dir", "label-dir", "data-path", "transcript-dir")
+CONFIG_PATH_KEYS = (
+    "out-dir",
+    "label-dir",
+    "data-path",
+    "cache-dir",
+    "transcript-dir",
+)
 """Run-config keys holding paths: the summary keeps their last part, and
 ``flower-run`` passes them on absolute (empty: unset)."""
 PUBLIC_SUMMARY = "summary-public.json"

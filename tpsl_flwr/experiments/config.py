@@ -63,7 +63,9 @@ class ExperimentConfig:
     party's private folder (key, checkpoints; default ``out_dir/label-party``).
     ``rows = 0`` means the dataset's default size. ``criteo``/``avazu`` read
     ``data_path``, hashing categoricals into ``hash_buckets`` per column (0: the
-    loader's default); ``split`` is ``random`` or ``time``. ``wide`` is
+    loader's default), and cache the encoded file in ``cache_dir`` (default
+    ``.tpsl-cache`` beside the file; set it where the data is mounted
+    read-only); ``split`` is ``random`` or ``time``. ``wide`` is
     ``auto``, ``on`` or ``off`` (``True``/``False`` are read as on/off);
     ``auto`` is resolved per run from the training rows
     (:func:`~tpsl_flwr.experiments.wide_settings.resolve_wide`). ``audit`` attacks the
@@ -81,6 +83,7 @@ class ExperimentConfig:
 
     dataset: str = "synthetic-ctr"
     data_path: str = ""
+    cache_dir: str = ""
     rows: int = 0
     test_fraction: float = 0.2
     split: str = "random"
@@ -165,7 +168,7 @@ class ExperimentConfig:
                     f"{name.replace('_', '-')} must be an integer, got {value!r}"
                 )
         self._check_training()
-        for name in ("out_dir", "label_dir", "transcript_dir"):
+        for name in ("out_dir", "label_dir", "transcript_dir", "cache_dir"):
             if not isinstance(getattr(self, name), str):
                 raise ConfigError(
                     f"{name.replace('_', '-')} must be a string, "
@@ -234,6 +237,11 @@ class ExperimentConfig:
                 f"data-path applies only to {', '.join(FILE_DATASETS)}; dataset "
                 f"{name!r} is built in, got data-path={self.data_path!r}"
             )
+        if self.cache_dir and not is_file:
+            raise ConfigError(
+                f"cache-dir applies only to {', '.join(FILE_DATASETS)}; dataset "
+                f"{name!r} is built in, got cache-dir={self.cache_dir!r}"
+            )
         if self.split not in SPLITS:
             raise ConfigError(
                 f"split must be one of {', '.join(SPLITS)}, got {self.split!r}"
@@ -300,11 +308,19 @@ class ExperimentConfig:
 
     def load_labels(self) -> LabelView:
         """The label party's view: labels and ids, no feature column parsed."""
-        return load_label_view(self.data_spec())
+        return load_label_view(self.data_spec(), cache_dir=self._cache_folder())
 
     def load_party(self, partition: int) -> PartyView:
         """A non-label node's view: its own columns and ids, no label parsed."""
-        return load_party_view(self.data_spec(), self.party_columns(partition).names)
+        return load_party_view(
+            self.data_spec(),
+            self.party_columns(partition).names,
+            cache_dir=self._cache_folder(),
+        )
+
+    def _cache_folder(self) -> str | None:
+        """``cache_dir``, or None for the loaders' default beside the file."""
+        return self.cache_dir or None
 
     def load_data(self) -> DatasetSplit:
         """The whole labelled table, for experimenters (central baselines, benches).
@@ -320,6 +336,7 @@ class ExperimentConfig:
             self.test_fraction,
             self.split,
             self.hash_buckets,
+            self.cache_dir,
         )
 
     def make_mechanism(self, num_classes: int) -> Mechanism:
@@ -399,11 +416,14 @@ def _load_data(
     test_fraction: float,
     split: str,
     hash_buckets: int,
+    cache_dir: str,
 ) -> DatasetSplit:
     # Cached per process: a ClientApp is rebuilt for every message it handles.
     file_options: dict[str, Any] = {}
     if dataset in FILE_DATASETS:
         file_options = {"data_path": data_path, "split": split}
+        if cache_dir:
+            file_options["cache_dir"] = cache_dir
         if hash_buckets:
             file_options["hash_buckets"] = hash_buckets
     return load_dataset(

@@ -37,6 +37,8 @@ MODELS: tuple[str, ...] = ("auto", "dlrm", "mlp")
 FIELD_HELP: dict[str, str] = {
     "dataset": "the dataset every party reads its columns of",
     "data-path": "the Criteo/Avazu file (plain or .gz); needed by criteo and avazu",
+    "cache-dir": "criteo/avazu: folder of the encoded-file cache (default: "
+    "'.tpsl-cache' beside the data file; set it for read-only data mounts)",
     "rows": "rows to load (0: the dataset's default size)",
     "test-fraction": "probability of a record being a test record, in (0, 1)",
     "split": "test records drawn at random by id, or by time (criteo/avazu "

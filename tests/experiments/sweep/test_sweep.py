@@ -10,6 +10,7 @@ import pytest
 import tpsl_flwr.simulations as sims
 from tpsl_flwr.cli.main import main
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.experiments.sweep.figures import FIGURES
 from tpsl_flwr.experiments.sweep.report import tables_markdown, write_plots
 from tpsl_flwr.experiments.sweep.run import (
     CSV_COLUMNS,
@@ -20,6 +21,8 @@ from tpsl_flwr.experiments.sweep.run import (
     run_row,
     run_sweep,
 )
+from tpsl_flwr.experiments.sweep.stats import DIRECTION_COLUMNS
+from tpsl_flwr.testing import write_avazu, write_criteo
 
 TINY = """
 [grid]
@@ -412,14 +415,20 @@ def test_write_plots_adds_utility_vs_rows_only_for_several_sizes(tmp_path):
     scaled_paths = write_plots(_scaled_rows(), scaled)
     single_paths = write_plots(one_size, single)
 
-    # Assert
-    assert scaled_paths[-1] == scaled / "utility_vs_rows.png"
-    assert len(scaled_paths) == 3
+    # Assert: three figures (PNG, PDF, JSON), then utility vs rows (PNG, PDF).
+    assert scaled_paths[-2:] == [
+        scaled / "utility_vs_rows.png",
+        scaled / "utility_vs_rows.pdf",
+    ]
+    assert len(scaled_paths) == 3 * 3 + 2
     for path in scaled_paths:
-        assert path.read_bytes()[:4] == b"\x89PNG"
+        head = path.read_bytes()[:4]
+        assert (
+            head
+            == {".png": b"\x89PNG", ".pdf": b"%PDF", ".json": b'{\n "'}[path.suffix]
+        )
     assert [p.name for p in single_paths] == [
-        "fig5_utility_vs_epsilon.png",
-        "fig5_utility_vs_sda.png",
+        f"{name}.{suffix}" for name in FIGURES for suffix in ("png", "pdf", "json")
     ]
     assert not (single / "utility_vs_rows.png").exists()
 
@@ -440,8 +449,6 @@ def test_data_scale_config_parses():
 
 def test_paper_scale_config_parses(tmp_path):
     # Arrange: the shipped grid, pointed at a small generated file of the format
-    from tpsl_flwr.testing.ctr_generator import write_criteo
-
     data = tmp_path / "criteo-45m.txt"
     write_criteo(data, 50, seed=0)
     text = (CONFIGS / "paper_scale.toml").read_text()
@@ -698,7 +705,10 @@ def test_one_denoise_value_keeps_the_old_tables_and_csv_columns():
     # Assert
     assert "denoise" not in tables
     assert "| dataset | metric | utility | NA | SA | SDA |" in tables
-    assert csv_columns(rows) == CSV_COLUMNS
+    # (no run reports an attack direction: those columns are left out)
+    assert csv_columns(rows) == tuple(
+        c for c in CSV_COLUMNS if c not in DIRECTION_COLUMNS
+    )
     columns = csv_columns(_pair_rows())
     assert columns[columns.index("sigma") + 1] == "denoise"
     assert set(columns) - set(CSV_COLUMNS) == {"denoise"}
@@ -713,13 +723,11 @@ def test_write_plots_draws_each_denoise_value_and_splits_scale_panels(tmp_path):
     tables = tables_markdown(rows)
 
     # Assert
-    assert [p.name for p in paths] == [
-        "fig5_utility_vs_epsilon.png",
-        "fig5_utility_vs_sda.png",
-        "utility_vs_rows.png",
-    ]
+    pngs = [p.name for p in paths if p.suffix == ".png"]
+    assert pngs == [f"{name}.png" for name in FIGURES] + ["utility_vs_rows.png"]
     for path in paths:
-        assert path.read_bytes()[:4] == b"\x89PNG"
+        if path.suffix == ".png":
+            assert path.read_bytes()[:4] == b"\x89PNG"
     scale = tables.split("## Utility vs training-set size")[1]
     assert "| synthetic-ctr, denoise none | 20,000 | 0.780 ± 0.000 |" in scale
     assert "| synthetic-ctr, denoise posterior | 20,000 | 0.760 ± 0.000 |" in scale
@@ -757,3 +765,28 @@ def test_tiny_denoise_sweep_runs_pairs_on_one_key(tmp_path):
     assert results[laplace.format("posterior")]["config"]["lr-schedule"] == "cosine"
     tables = (tmp_path / "out" / "tables.md").read_text()
     assert "## Denoise side by side" in tables
+
+
+@pytest.mark.parametrize(
+    "name, dataset", [("criteo_small", "criteo"), ("avazu_small", "avazu")]
+)
+def test_small_file_configs_take_the_users_file_os_keys_and_five_seeds(
+    tmp_path, name, dataset
+):
+    # Arrange: a generated file of the config's format
+    write = write_criteo if dataset == "criteo" else write_avazu
+    data = write(tmp_path / f"{dataset}.txt", 300, seed=2).path
+    given = {"data-path": str(data), "cache-dir": str(tmp_path / "cache")}
+
+    # Execute
+    grid = load_sweep(CONFIGS / f"{name}.toml", given)
+
+    # Assert: the CLI's file and cache folder, keys from the OS, 5 seeds
+    configs = [spec.config for spec in grid.runs()]
+    assert len(configs) == 5 * (1 + 2 * 5 + 5)
+    assert {c.dataset for c in configs} == {dataset}
+    assert {(c.data_path, c.cache_dir) for c in configs} == {
+        (str(data), str(tmp_path / "cache"))
+    }
+    assert {c.noise_seed for c in configs} == {-1}
+    assert sorted({c.seed for c in configs}) == [0, 1, 2, 3, 4]

@@ -391,8 +391,19 @@ def run_name(
     return f"{dataset}{size}_{mechanism}{middle}{denoise_part(denoise)}_seed{seed}"
 
 
-def load_sweep(path: str | Path) -> SweepConfig:
+def load_sweep(
+    path: str | Path, experiment: Mapping[str, Any] | None = None
+) -> SweepConfig:
     """Read and validate a sweep TOML file.
+
+    Parameters
+    ----------
+    path
+        The sweep TOML file.
+    experiment
+        Run-config keys (kebab-case) set on top of the file's ``[experiment]``
+        table: the CLI's ``--data-path`` and ``--cache-dir``, so a shipped
+        config runs on the user's file without an edited copy.
 
     Raises
     ------
@@ -404,6 +415,11 @@ def load_sweep(path: str | Path) -> SweepConfig:
             data = tomllib.load(handle)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    if experiment:
+        table = data.get("experiment", {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [experiment] must be a table, got {table!r}")
+        data["experiment"] = {**table, **experiment}
     try:
         return SweepConfig.from_mapping(data)
     except ConfigError as err:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tpsl_flwr.experiments.sweep.guarantee import (
+    protected,
+)
 from tpsl_flwr.experiments.sweep.scale import gap_cell
 from tpsl_flwr.experiments.sweep.stats import (
-    PROTECTED,
     Row,
     cell,
     denoise_values,
@@ -60,7 +62,8 @@ def pairs_markdown(rows: Sequence[Row]) -> list[str]:
     body = []
     for name, group in report_groups(rows).items():
         utility, sda = utility_key(group), sda_key(group)
-        for mechanism, param in (("none", None), *((m, p) for m, p, _ in PROTECTED)):
+        mechanisms = (("none", None), *((m, p) for m, p, _ in protected(group)))
+        for mechanism, param in mechanisms:
             runs = [r for r in group if r["mechanism"] == mechanism]
             for level, part in _levels(runs, param).items():
                 by = {v: [r for r in part if r.get("denoise") == v] for v in values}

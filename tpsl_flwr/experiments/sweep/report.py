@@ -5,10 +5,15 @@
 * Tables 2-3 (and the Gaussian baseline): per epsilon (or sigma), the label
   set's total epsilon now (every release in the privacy ledger), test AUC and
   every attack AUC, with the ``e^eps / (1 + e^eps)`` ceiling;
-* Figure 5: test AUC vs epsilon (Laplace, Discrete; spread over seeds, the
-  no-protection level drawn) and test AUC vs SDA AUC (all three mechanisms);
+* a table per further mechanism (one without a DP guarantee, such as a
+  heuristic defense, titled so, its epsilon cell empty);
+* the figures (:mod:`~tpsl_flwr.experiments.sweep.figures`): Figure 5's
+  utility vs epsilon and utility vs SDA AUC, and the attacks against epsilon;
 * with a ``rows`` axis (some dataset at two sizes or more): utility vs
   training-set size (:mod:`tpsl_flwr.experiments.sweep.scale`);
+* the tables as Markdown (``tables.md``), LaTeX (``tables.tex``,
+  :mod:`~tpsl_flwr.experiments.sweep.latex`) and CSV (``summary.csv``: one
+  row per configuration, its means and error bars);
 * with a ``denoises`` axis (runs that differ in ``denoise``): a ``denoise``
   column in every table, the plain and posterior rows of a level next to each
   other, a side-by-side table (:mod:`~tpsl_flwr.experiments.sweep.pairs`),
@@ -30,25 +35,24 @@ against the true labels): the files are the label party's alone, mode
 
 from __future__ import annotations
 
-import io
 import json
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from tpsl_flwr._util.private_files import write_private
 from tpsl_flwr.attacks.ceiling import SIGMAS_OF_TOLERANCE
-from tpsl_flwr.experiments.audience import keep_private, private_folder
+from tpsl_flwr.experiments.audience import private_folder
 from tpsl_flwr.experiments.experiment import RESULTS_FILE
+from tpsl_flwr.experiments.sweep.figures import write_plots
+from tpsl_flwr.experiments.sweep.guarantee import (
+    epoch_note,
+    epsilon_cell,
+    protected,
+)
+from tpsl_flwr.experiments.sweep.latex import latex_tables, summary_csv
 from tpsl_flwr.experiments.sweep.pairs import pairs_markdown
-from tpsl_flwr.experiments.sweep.scale import plot_utility_vs_rows, scale_markdown
+from tpsl_flwr.experiments.sweep.scale import scale_markdown
 from tpsl_flwr.experiments.sweep.stats import (
-    COLORS,
-    PROTECTED,
     UTILITY_LABEL,
     Row,
     attack_uncertainty,
@@ -59,17 +63,22 @@ from tpsl_flwr.experiments.sweep.stats import (
     denoise_values,
     key_cell,
     key_line,
+    level_text,
     levels,
     markdown_table,
-    mean_std,
-    panels,
     report_groups,
     sda_key,
     total_cell,
     utility_key,
 )
-from tpsl_flwr.privacy.closed_forms import auc_bound
-from tpsl_flwr.privacy.mechanisms import parameter_of
+
+__all__ = [
+    "tables_markdown",
+    "with_uncertainty",
+    "write_plots",
+    "write_report",
+    "write_tables",
+]
 
 
 def tables_markdown(rows: Sequence[Row]) -> str:
@@ -87,8 +96,9 @@ def tables_markdown(rows: Sequence[Row]) -> str:
         "# TPSL sweep",
         "",
         f"{len(rows)} runs; cells are mean ± std over seeds {seeds} (a lone run: "
-        "its value and its standard error, SE). Attack AUCs are final-epoch, "
-        "pooled over the training samples, on what party 0 received: NA = "
+        "its value and its standard error, SE). Test metrics and attack AUCs "
+        f"are at each run's {epoch_note(rows)}; attack AUCs are pooled over "
+        "the training samples, on what party 0 received: NA = "
         "norm, SA = spectral, SDA = white-box shortest distance.",
         *(["", DENOISE_NOTE] if column else []),
         "",
@@ -109,15 +119,19 @@ def tables_markdown(rows: Sequence[Row]) -> str:
                 )
     header = ["dataset", *column, "metric", "utility", "NA", "SA", "SDA"]
     lines += markdown_table(header, body) if body else ["(no `none` runs)"]
-    for mechanism, param, title in PROTECTED:
+    for mechanism, param, title in protected(rows):
         body = []
+        # A parameter other than epsilon: the epsilon the run has beside it.
+        extra = ["epsilon"] if param != "epsilon" else []
         for name, group in datasets.items():
             runs = [r for r in group if r["mechanism"] == mechanism]
             utility, sda = utility_key(group), sda_key(group)
             for level, level_rows in levels(runs, param).items():
                 for denoise, part in denoise_parts(level_rows, values):
                     body.append(
-                        [name, f"{level:g}", *_given(denoise), cell(part, utility)]
+                        [name, level_text(param, level), *_given(denoise)]
+                        + [epsilon_cell(part) for _ in extra]
+                        + [cell(part, utility)]
                         + [cell(part, k) for k in ("norm", "cosine", "spectral", sda)]
                         + [ceiling_cell(part), ceiling_summary(part)]
                         + [key_cell(part), total_cell(part)]
@@ -128,6 +142,7 @@ def tables_markdown(rows: Sequence[Row]) -> str:
             "dataset",
             param,
             *column,
+            *extra,
             "utility",
             "norm",
             "cosine",
@@ -157,7 +172,10 @@ def tables_markdown(rows: Sequence[Row]) -> str:
         "(runs.csv's `epsilon_total_now`; a sweep's own runs are rehearsals, "
         "not counted, unless run with --release); pure, with the PLD epsilon at "
         "delta 1e-05 beside it where tighter, or where a Gaussian release leaves "
-        "no pure total (inf).",
+        "no pure total (inf). epsilon beside another parameter = the run's "
+        "(eps, delta) from dp-accounting (Gaussian: its PLD epsilon at the "
+        "delta shown); empty for a mechanism with no DP guarantee, whose "
+        "ceiling and verdict are `-`.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -211,160 +229,20 @@ def with_uncertainty(rows: Sequence[Row], runs_dir: Path) -> list[Row]:
     return out
 
 
-def _series(rows: Sequence[Row], param: str, x_key: str, y_key: str) -> np.ndarray:
-    """Per level of ``param``: x mean, x std, y mean, y std (one row each)."""
-    points = []
-    for level, group in levels(rows, param).items():
-        x_mean, x_std = (level, 0.0) if x_key == param else mean_std(group, x_key)
-        y_mean, y_std = mean_std(group, y_key)
-        points.append((x_mean, x_std, y_mean, y_std))
-    return np.asarray(points, dtype=float).reshape(-1, 4)
+def write_report(rows: Sequence[Row], out_dir: Path) -> list[Path]:
+    """Write every table and figure of ``rows`` into ``out_dir``; return the paths.
 
-
-@dataclass(frozen=True)
-class _Look:
-    """How one denoise value's series look in a Figure 5 panel."""
-
-    label: str  # appended to each label ("" without a denoise axis)
-    line: str
-    marker: str
-    baseline: str
-    star: str
-    attack: str
-
-    @classmethod
-    def of(cls, denoise: str | None, index: int) -> _Look:
-        """The ``index``-th denoise value's look (the first: as without the axis)."""
-        at = index % 2
-        return cls(
-            label="" if denoise is None else f", denoise={denoise}",
-            line=("-", "--")[at],
-            marker="os"[at],
-            baseline=("--", ":")[at],
-            star="*P"[at],
-            attack="x+"[at],
-        )
-
-
-def _plot_mechanism(
-    axes: tuple[Any, Any, Any],
-    runs: Sequence[Row],
-    names: tuple[str, str],
-    keys: tuple[str, str],
-    look: _Look,
-) -> None:
-    """One mechanism's series: utility vs epsilon (and its SDA), utility vs SDA."""
-    ax_eps, ax_attack, ax_sda = axes
-    (mechanism, param), (utility, sda) = names, keys
-    color, label = COLORS[mechanism], f"{mechanism}{look.label}"
-    style = {"marker": look.marker, "ls": look.line, "color": color, "label": label}
-    if param == "epsilon":
-        pts = _series(runs, "epsilon", "epsilon", utility)
-        ax_eps.plot(pts[:, 0], pts[:, 2], **style)
-        low, high = pts[:, 2] - pts[:, 3], pts[:, 2] + pts[:, 3]
-        ax_eps.fill_between(pts[:, 0], low, high, color=color, alpha=0.2)
-        if ax_attack is not None:
-            attack = _series(runs, "epsilon", "epsilon", sda)
-            dotted = {"marker": look.attack, "ls": ":", "label": f"{label} SDA AUC"}
-            ax_attack.plot(attack[:, 0], attack[:, 2], **{**style, **dotted})
-    pts = _series(runs, param, sda, utility)
-    ax_sda.errorbar(
-        pts[:, 0], pts[:, 2], xerr=pts[:, 1], yerr=pts[:, 3], capsize=3, **style
-    )
-
-
-def _plot_baseline(
-    ax_eps: Any, ax_sda: Any, plain: Sequence[Row], keys: tuple[str, str], look: _Look
-) -> None:
-    """The no-protection level: a line (and band) vs epsilon, a star vs SDA."""
-    utility, sda = keys
-    base, base_std = mean_std(plain, utility)
-    if math.isnan(base):
-        return
-    label = f"no protection{look.label}"
-    ax_eps.axhline(base, color="k", ls=look.baseline, label=label)
-    ax_eps.axhspan(base - base_std, base + base_std, color="k", alpha=0.08)
-    sda_mean, _ = mean_std(plain, sda)
-    ax_sda.plot([sda_mean], [base], "k", marker=look.star, ms=12, ls="", label=label)
-
-
-def _plot_ceiling(ax_attack: Any, group: Sequence[Row]) -> None:
-    """The eps-DP ceiling on the SDA axis, over the epsilons of ``group``."""
-    eps_values = sorted(
-        {
-            float(r["epsilon"])
-            for r in group
-            if parameter_of(r["mechanism"]) == "epsilon"
-        }
-    )
-    if eps_values:
-        grid = np.geomspace(min(eps_values), max(eps_values), 50)
-        ax_attack.plot(
-            grid,
-            [auc_bound(e) for e in grid],
-            color="red",
-            lw=1,
-            label="eps-DP ceiling (any attack)",
-        )
-        ax_attack.legend(fontsize=7, loc="lower right")
-    ax_attack.set_ylabel("SDA attack AUC (dotted)")
-    ax_attack.set_ylim(0.5, 1.02)
-
-
-def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
-    """Figure 5's two panels (and utility vs rows, if swept); return the PNG paths.
-
-    With runs that differ in ``denoise``, each mechanism (and no protection)
-    has one series per denoise value, told apart by line style and marker.
-    The PNGs plot test metrics and attack AUCs: mode ``0600``, in ``out_dir``
-    made ``0700``.
+    ``tables.md``, ``tables.tex`` and ``summary.csv``
+    (:mod:`~tpsl_flwr.experiments.sweep.latex`), then the figures as PNG,
+    PDF and JSON (:func:`~tpsl_flwr.experiments.sweep.figures.write_plots`).
+    Every file is the label party's: mode ``0600`` in ``out_dir`` made ``0700``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    datasets = report_groups(rows)
-    values = denoise_values(rows)
-    paths = [
-        out_dir / "fig5_utility_vs_epsilon.png",
-        out_dir / "fig5_utility_vs_sda.png",
+    rows = with_uncertainty(rows, out_dir / "runs")
+    markdown = write_tables(rows, out_dir / "tables.md")
+    text = markdown.read_text()
+    files = [
+        markdown,
+        write_private(out_dir / "tables.tex", latex_tables(text).encode()),
+        write_private(out_dir / "summary.csv", summary_csv(rows).encode()),
     ]
-    fig_eps, axes_eps = panels(plt, len(datasets), (5, 4))
-    fig_sda, axes_sda = panels(plt, len(datasets), (5, 4))
-    for ax_eps, ax_sda, (name, group) in zip(
-        axes_eps, axes_sda, datasets.items(), strict=False
-    ):
-        keys = utility, sda = utility_key(group), sda_key(group)
-        # Right axis of the epsilon panel: the SDA attack beside its ceiling.
-        ax_attack = ax_eps.twinx() if sda == "sda" else None
-        for index, (denoise, part) in enumerate(denoise_parts(group, values)):
-            look = _Look.of(denoise, index)
-            for mechanism, param, _ in PROTECTED:
-                runs = [r for r in part if r["mechanism"] == mechanism]
-                if runs:
-                    axes = (ax_eps, ax_attack, ax_sda)
-                    _plot_mechanism(axes, runs, (mechanism, param), keys, look)
-            plain = [r for r in part if r["mechanism"] == "none"]
-            _plot_baseline(ax_eps, ax_sda, plain, keys, look)
-        if ax_attack is not None:
-            _plot_ceiling(ax_attack, group)
-        ax_eps.set_xscale("log", base=2)
-        ax_eps.set_xlabel("epsilon")
-        ax_sda.set_xlabel("SDA attack AUC" if sda == "sda" else "SDA attack top-1")
-        for ax in (ax_eps, ax_sda):
-            ax.set_ylabel(UTILITY_LABEL[utility])
-            ax.set_title(name)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8, loc="upper left" if ax is ax_eps else "best")
-    fig_eps.suptitle("Utility vs epsilon (mean ± std over seeds)")
-    fig_sda.suptitle("Utility vs SDA attack (mean ± std over seeds)")
-    private_folder(out_dir)
-    for fig, path in zip((fig_eps, fig_sda), paths, strict=True):
-        fig.tight_layout()
-        image = io.BytesIO()
-        fig.savefig(image, dpi=120, format="png")
-        plt.close(fig)
-        write_private(path, image.getvalue())
-    scale = plot_utility_vs_rows(rows, out_dir / "utility_vs_rows.png")
-    return paths if scale is None else [*paths, keep_private(scale)]
+    return files + write_plots(rows, out_dir)

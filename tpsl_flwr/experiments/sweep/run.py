@@ -51,18 +51,27 @@ from tpsl_flwr.experiments.sweep.config import (
     run_name,
     run_noise_seed,
 )
+from tpsl_flwr.experiments.sweep.guarantee import (
+    EPOCHS,
+    guarantee_cells,
+    utility_errors,
+)
 from tpsl_flwr.experiments.sweep.stats import (
+    DIRECTION_COLUMNS,
     UNCERTAINTY_COLUMNS,
+    attack_directions,
     attack_uncertainty,
     denoise_values,
 )
 
 __all__ = [
     "CSV_COLUMNS",
+    "EPOCHS",
     "GRID_KEYS",
     "PUBLIC_CSV",
     "RunSpec",
     "SweepConfig",
+    "chosen_epoch",
     "csv_columns",
     "describe",
     "finished",
@@ -71,6 +80,7 @@ __all__ = [
     "run_noise_seed",
     "run_row",
     "run_sweep",
+    "totals_now",
     "write_csv",
     "write_public_csv",
 ]
@@ -84,8 +94,8 @@ ATTACK_COLUMNS = (
     "auc_bound",
     "auc_bound_without_prior",
 )
-"""Final-epoch attack AUCs and the ceiling (``auc_bound``: prior-aware where
-the top model trains on the posterior, the plain eps one beside it)."""
+"""The chosen epoch's attack AUCs and the ceiling (``auc_bound``: prior-aware
+where the top model trains on the posterior, the plain eps one beside it)."""
 CSV_COLUMNS = (
     "run",
     "dataset",
@@ -96,10 +106,20 @@ CSV_COLUMNS = (
     "seed",
     "rows",
     "train_samples",
+    "parameter",
+    "level",
+    "epsilon_at_delta",
+    "delta",
+    "guarantee",
+    "epoch",
+    "epoch_rule",
     "test_auc",
+    "test_auc_se",
     "test_accuracy",
+    "test_accuracy_se",
     *ATTACK_COLUMNS,
     *UNCERTAINTY_COLUMNS,
+    *DIRECTION_COLUMNS,
     "epsilon_spent",
     "epsilon_total",
     "epsilon_total_now",
@@ -147,10 +167,33 @@ def finished(spec: RunSpec) -> dict[str, Any] | None:
     return results
 
 
-def run_row(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
-    """One ``runs.csv`` row: grid point, utility, final-epoch attack AUCs."""
+def run_row(
+    name: str, results: Mapping[str, Any], epoch: str = "best"
+) -> dict[str, Any]:
+    """One ``runs.csv`` row: grid point, guarantee, utility and attack AUCs.
+
+    Parameters
+    ----------
+    name
+        The run's name.
+    results
+        Its ``results.json``.
+    epoch
+        Which epoch's test metrics and attack AUCs the row holds
+        (:data:`~tpsl_flwr.experiments.sweep.stats.EPOCHS`): ``best``, the
+        epoch the label party kept by its validation score (the last one when
+        the run held out no validation set), or ``last``. ``epoch`` (1-based)
+        and ``epoch_rule`` say which it was.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown ``epoch``.
+    """
+    at, rule = chosen_epoch(results, epoch)
     history = results.get("history") or [{}]
-    attacks = history[-1].get("attack_auc") or {}
+    values = history[at] if history else {}
+    attacks = values.get("attack_auc") or {}
     config = results.get("config", {})
     row: dict[str, Any] = {
         "run": name,
@@ -163,8 +206,11 @@ def run_row(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
         "seed": config.get("seed"),
         "rows": config.get("rows"),
         "train_samples": _train_samples(results),
-        "test_auc": results.get("test_auc"),
-        "test_accuracy": results.get("test_accuracy"),
+        **guarantee_cells(results),
+        "epoch": at + 1 if history and history[at] else None,
+        "epoch_rule": rule,
+        "test_auc": values.get("test_auc"),
+        "test_accuracy": values.get("test_accuracy"),
         "epsilon_spent": results.get("epsilon_spent"),
         "epsilon_total": results.get("epsilon_total"),
         "key_origin": key_origin(results),
@@ -172,10 +218,35 @@ def run_row(name: str, results: Mapping[str, Any]) -> dict[str, Any]:
         "run_kind": results.get("run_kind"),
         "samples_per_second": results.get("samples_per_second"),
     }
+    row.update(utility_errors(row, results.get("data_info") or {}))
     for key in ATTACK_COLUMNS:
         row[key] = attacks.get(key)
     row.update(attack_uncertainty(attacks))
+    row.update(attack_directions(attacks))
     return row
+
+
+def chosen_epoch(results: Mapping[str, Any], epoch: str) -> tuple[int, str]:
+    """The 0-based history index of ``epoch`` (``best`` or ``last``), and its rule.
+
+    Examples
+    --------
+    >>> chosen_epoch({"history": [{}, {}, {}], "best_epoch": 2}, "best")
+    (1, 'best (validation)')
+    >>> chosen_epoch({"history": [{}, {}, {}], "best_epoch": 2}, "last")
+    (2, 'last')
+    >>> chosen_epoch({"history": [{}, {}], "best_epoch": None}, "best")
+    (1, 'last (no validation set)')
+    """
+    if epoch not in EPOCHS:
+        raise ConfigError(f"epoch must be one of {', '.join(EPOCHS)}, got {epoch!r}")
+    last = max(len(results.get("history") or []) - 1, 0)
+    if epoch == "last":
+        return last, "last"
+    best = results.get("best_epoch")
+    if best is None:
+        return last, "last (no validation set)"
+    return min(int(best) - 1, last), "best (validation)"
 
 
 def _train_samples(results: Mapping[str, Any]) -> int | None:
@@ -190,6 +261,9 @@ def _train_samples(results: Mapping[str, Any]) -> int | None:
 def csv_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
     """:data:`CSV_COLUMNS`, with ``denoise`` after ``sigma`` when the runs differ in it.
 
+    The attack directions (:data:`~tpsl_flwr.experiments.sweep.stats.DIRECTION_COLUMNS`)
+    are kept only when some run's results report one.
+
     Examples
     --------
     >>> "denoise" in csv_columns([{"denoise": "none"}, {"denoise": "none"}])
@@ -197,11 +271,15 @@ def csv_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
     >>> cols = csv_columns([{"denoise": "none"}, {"denoise": "posterior"}])
     >>> cols[cols.index("sigma") + 1]
     'denoise'
+    >>> "spectral_direction" in csv_columns([{"spectral_direction": "flipped"}])
+    True
     """
+    directed = any(r.get(c) not in (None, "") for r in rows for c in DIRECTION_COLUMNS)
+    columns = tuple(c for c in CSV_COLUMNS if directed or c not in DIRECTION_COLUMNS)
     if len(denoise_values(rows)) < 2:
-        return CSV_COLUMNS
-    at = CSV_COLUMNS.index("sigma") + 1
-    return (*CSV_COLUMNS[:at], "denoise", *CSV_COLUMNS[at:])
+        return columns
+    at = columns.index("sigma") + 1
+    return (*columns[:at], "denoise", *columns[at:])
 
 
 def csv_text(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
@@ -240,7 +318,7 @@ def write_public_csv(rows: list[dict[str, Any]], path: Path) -> Path:
     return write_shareable(path, csv_text(rows, columns))
 
 
-def _totals_now(rows: list[dict[str, Any]], ledgers: list[dict[str, Any]]) -> None:
+def totals_now(rows: list[dict[str, Any]], ledgers: list[dict[str, Any]]) -> None:
     """Each row's label-set total as the ledger has it now (after every run).
 
     ``epsilon_total`` is as of the run's own release; a later run over the
@@ -296,6 +374,7 @@ def run_sweep(
     privacy_budget: float = 0.0,
     release: bool = False,
     unprotected_release: bool = False,
+    epoch: str = "best",
 ) -> dict[str, Any]:
     """Run every unfinished run of ``sweep``, then write the CSV, tables and plots.
 
@@ -323,6 +402,9 @@ def run_sweep(
         (``--release``, ``--unprotected-release``). With ``release``, a sweep
         of several runs over a file's labels (criteo, avazu) is refused
         before any run starts unless ``new_release``.
+    epoch
+        The epoch whose values the CSV, tables and figures show: ``best``
+        or ``last`` (:func:`run_row`).
 
     Returns
     -------
@@ -333,15 +415,16 @@ def run_sweep(
     Raises
     ------
     ConfigError
-        If ``engine`` is unknown, or several runs counted as releases would
+        If ``engine`` or ``epoch`` is unknown, or several runs counted as releases would
         release a file's labels without ``new_release``.
     """
     from flwr.common.logger import FLOWER_LOGGER
     from tqdm import tqdm
 
-    from tpsl_flwr.experiments.sweep.report import write_plots, write_tables
+    from tpsl_flwr.experiments.sweep.report import write_report
 
     check_engine(engine)
+    chosen_epoch({}, epoch)  # an unknown epoch fails before any run
     out = Path(out_dir)
     specs = sweep.runs(out)
     check_releases(specs, new_release, release)
@@ -375,13 +458,12 @@ def run_sweep(
                 ran.append(spec.name)
             else:
                 skipped.append(spec.name)
-            rows.append(run_row(spec.name, results))
+            rows.append(run_row(spec.name, results, epoch))
             ledgers.append(results.get("ledger") or {})
     finally:
         FLOWER_LOGGER.setLevel(level)
-    _totals_now(rows, ledgers)
+    totals_now(rows, ledgers)
     write_csv(rows, out / "runs.csv")
-    files = [out / "runs.csv", write_tables(rows, out / "tables.md")]
-    files += write_plots(rows, out)
+    files = [out / "runs.csv", *write_report(rows, out)]
     files.append(write_public_csv(rows, out / PUBLIC_CSV))
     return {"ran": ran, "skipped": skipped, "rows": rows, "files": files}

@@ -8,6 +8,7 @@ samples, so this is how a user reads what an epsilon costs on their data size.
 
 from __future__ import annotations
 
+import io
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -16,12 +17,16 @@ from typing import Any
 
 import numpy as np
 
+from tpsl_flwr._util.private_files import write_private
+from tpsl_flwr.experiments.sweep.guarantee import (
+    color_of,
+    protected,
+)
 from tpsl_flwr.experiments.sweep.stats import (
-    COLORS,
-    PROTECTED,
     UTILITY_LABEL,
     Row,
     cell,
+    level_of,
     levels,
     markdown_table,
     mean_std,
@@ -38,7 +43,7 @@ def _configurations(rows: Iterable[Row]) -> list[tuple[str, str, float]]:
     """Each protected (mechanism, parameter, level) present, in table order."""
     rows = list(rows)
     found = []
-    for mechanism, param, _ in PROTECTED:
+    for mechanism, param, _ in protected(rows):
         runs = [r for r in rows if r["mechanism"] == mechanism]
         found += [(mechanism, param, level) for level in levels(runs, param)]
     return found
@@ -60,7 +65,9 @@ def config_label(mechanism: str, param: str, level: float) -> str:
 def _runs_of(
     rows: Iterable[Row], mechanism: str, param: str, level: float
 ) -> list[Row]:
-    return [r for r in rows if r["mechanism"] == mechanism and float(r[param]) == level]
+    return [
+        r for r in rows if r["mechanism"] == mechanism and level_of(r, param) == level
+    ]
 
 
 def gap_cell(rows: Sequence[Row], plain: Sequence[Row], key: str) -> str:
@@ -151,7 +158,7 @@ def plot_utility_vs_rows(rows: Sequence[Row], path: Path) -> Path | None:
                 utility,
                 marker=marker,
                 ls=line,
-                color=COLORS[mechanism],
+                color=color_of(mechanism),
                 label=config_label(mechanism, param, level),
             )
         ax.set_xscale("log")
@@ -164,7 +171,10 @@ def plot_utility_vs_rows(rows: Sequence[Row], path: Path) -> Path | None:
         ax.legend(fontsize=8, loc="best")
     fig.suptitle("Utility vs training-set size (mean ± std over seeds)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    for suffix in ("png", "pdf"):
+        image = io.BytesIO()
+        fig.savefig(image, dpi=120, format=suffix)
+        write_private(path.with_suffix(f".{suffix}"), image.getvalue())
     plt.close(fig)
     return path
 

@@ -30,27 +30,23 @@ from tpsl_flwr.release.ledger import DELTA
 Row = dict[str, Any]
 
 UTILITY_LABEL = {"test_auc": "test AUC", "test_accuracy": "test accuracy"}
-COLORS = {
-    "laplace": "C0",
-    "discrete": "C1",
-    "gaussian": "C2",
-    "rr-prior": "C5",
-    "marvell": "C4",
-}
+COLORS = {"laplace": "C0", "discrete": "C1", "gaussian": "C2"}
+"""The paper's three mechanisms' colours (others: :func:`.guarantee.color_of`)."""
+SEEDS, OWN_SE = "std over seeds", "run's own SE"
+"""What an error bar is (:func:`estimate`)."""
 PANELS_PER_ROW = 3
 UNCERTAIN_ATTACKS = ("norm", "cosine", "spectral", "sda", "sda_top1")
 """Attacks whose standard error a row carries as ``<name>_se``."""
 UNCERTAINTY_COLUMNS = (*(f"{a}_se" for a in UNCERTAIN_ATTACKS), "sda_verdict")
 """The per-run uncertainty columns of a sweep row (:func:`attack_uncertainty`)."""
+DIRECTION_COLUMNS = tuple(f"{a}_direction" for a in UNCERTAIN_ATTACKS)
+"""Each attack's direction where the run's results report one
+(:func:`attack_directions`): an AUC below 0.5 reported flipped, say."""
 PROTECTED = (
     ("laplace", "epsilon", "Table 2: Laplace GradPerturb"),
     ("discrete", "epsilon", "Table 3: Discrete GradPerturb (randomized response)"),
     ("gaussian", "sigma", "Gaussian baseline (no pure DP)"),
-    ("rr-prior", "epsilon", "RR-with-prior (Ghazi et al. 2021), eps-label-DP"),
-    ("marvell", "marvell_power", "Marvell (Li et al. 2022): no DP guarantee"),
 )
-"""Each swept mechanism with a parameter: its name, parameter and table title.
-``max-norm`` takes no parameter and has no table (its rows are in runs.csv)."""
 
 
 def utility_key(rows: Iterable[Row]) -> str:
@@ -81,6 +77,30 @@ def mean_std(rows: Sequence[Row], key: str) -> tuple[float, float]:
     return float(values.mean()), float(values.std())
 
 
+def estimate(rows: Sequence[Row], key: str) -> tuple[float, float, str]:
+    """``key``'s value over ``rows``, its error bar and what the bar is.
+
+    Several runs: mean and std over seeds; one run: its value and its own
+    standard error (``<key>_se``, NaN if it has none).
+
+    Examples
+    --------
+    >>> estimate([{"sda": 0.7}, {"sda": 0.8}], "sda")
+    (0.75, 0.05..., 'std over seeds')
+    >>> estimate([{"sda": 0.7, "sda_se": 0.02}], "sda")
+    (0.7, 0.02, "run's own SE")
+    """
+    values = values_of(rows, key)
+    if values.size >= 2:
+        return float(values.mean()), float(values.std()), SEEDS
+    if values.size == 1:
+        errors = values_of(rows, f"{key}_se")
+        if errors.size == 1:
+            return float(values[0]), float(errors[0]), OWN_SE
+        return float(values[0]), math.nan, ""
+    return math.nan, math.nan, ""
+
+
 def attack_uncertainty(attacks: Mapping[str, Any]) -> dict[str, Any]:
     """A run's per-attack standard errors and SDA ceiling verdict, as row cells.
 
@@ -101,10 +121,69 @@ def attack_uncertainty(attacks: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def attack_directions(attacks: Mapping[str, Any]) -> dict[str, Any]:
+    """Each attack's direction, where the epoch's ``attack_auc`` reports one.
+
+    Read from ``attack_auc["direction"][name]`` or ``attack_auc["<name>_direction"]``
+    (an attack whose AUC was below 0.5 and is reported as ``1 - AUC`` says so
+    there); ``None`` where the results say nothing.
+
+    Examples
+    --------
+    >>> attack_directions({"direction": {"spectral": "flipped"}})["spectral_direction"]
+    'flipped'
+    >>> attack_directions({"norm_direction": "as scored"})["norm_direction"]
+    'as scored'
+    >>> attack_directions({})["sda_direction"] is None
+    True
+    """
+    given = attacks.get("direction")
+    given = given if isinstance(given, Mapping) else {}
+    return {
+        f"{a}_direction": given.get(a, attacks.get(f"{a}_direction"))
+        for a in UNCERTAIN_ATTACKS
+    }
+
+
+NO_PARAMETER = "level"
+"""The parameter name :func:`.guarantee.protected` gives a mechanism that
+takes none (``max-norm``): its runs have one level, :data:`NO_LEVEL`."""
+NO_LEVEL = 0.0
+
+
+def level_of(row: Row, param: str) -> float:
+    """A row's value of ``param`` (its ``level`` cell when it has no such column).
+
+    A mechanism that takes no parameter (``max-norm``) has one level,
+    :data:`NO_LEVEL`, written ``-`` (:func:`level_text`).
+
+    Examples
+    --------
+    >>> level_of({"epsilon": "2"}, "epsilon"), level_of({"level": None}, "level")
+    (2.0, 0.0)
+    """
+    value = row.get(param)
+    if value in (None, ""):
+        value = row.get("level")
+    return NO_LEVEL if value in (None, "") else float(value)
+
+
+def level_text(param: str, level: float) -> str:
+    """A level for a table cell: ``-`` for a mechanism that takes no parameter.
+
+    Examples
+    --------
+    >>> level_text("epsilon", 0.5), level_text(NO_PARAMETER, NO_LEVEL)
+    ('0.5', '-')
+    """
+    return "-" if param == NO_PARAMETER else f"{level:g}"
+
+
 def cell(rows: Sequence[Row], key: str) -> str:
     """``mean ± std`` of ``key`` over seeds (``-`` when no row has it).
 
-    A lone run shows its own standard error where the row has ``<key>_se``.
+    A lone run shows its own standard error where the row has ``<key>_se``;
+    a direction the results report follows in brackets (:func:`direction_note`).
 
     Examples
     --------
@@ -121,9 +200,36 @@ def cell(rows: Sequence[Row], key: str) -> str:
     if values.size == 1:
         errors = values_of(rows, f"{key}_se")
         if errors.size == 1:
-            return f"{values[0]:.3f} (SE {errors[0]:.3f})"
-        return f"{values[0]:.3f}"
-    return f"{values.mean():.3f} ± {values.std():.3f}"
+            text = f"{values[0]:.3f} (SE {errors[0]:.3f})"
+        else:
+            text = f"{values[0]:.3f}"
+    else:
+        text = f"{values.mean():.3f} ± {values.std():.3f}"
+    return text + direction_note(rows, key)
+
+
+def direction_note(rows: Sequence[Row], key: str) -> str:
+    """`` [flipped]`` when the runs' results report ``key``'s direction.
+
+    Each distinct direction once, with its count when the runs differ.
+
+    Examples
+    --------
+    >>> direction_note([{"spectral_direction": "flipped"}] * 2, "spectral")
+    ' [flipped]'
+    >>> direction_note([{"spectral_direction": "flipped"}, {}], "spectral")
+    ' [flipped 1/2]'
+    >>> direction_note([{}], "spectral")
+    ''
+    """
+    said = [r.get(f"{key}_direction") for r in rows]
+    given = [str(d) for d in said if d not in (None, "")]
+    if not given:
+        return ""
+    kinds = list(dict.fromkeys(given))
+    if len(kinds) == 1 and len(given) == len(said):
+        return f" [{kinds[0]}]"
+    return " [" + "; ".join(f"{k} {given.count(k)}/{len(said)}" for k in kinds) + "]"
 
 
 def total_cell(rows: Sequence[Row]) -> str:
@@ -359,10 +465,10 @@ def denoise_parts(
 
 
 def levels(rows: Iterable[Row], param: str) -> dict[float, list[Row]]:
-    """Rows per value of ``param`` (``epsilon``, ``sigma``, ...), smallest first."""
+    """Rows per value of ``param`` (``epsilon`` or ``sigma``), smallest first."""
     groups: dict[float, list[Row]] = defaultdict(list)
     for row in rows:
-        groups[float(row[param])].append(row)
+        groups[level_of(row, param)].append(row)
     return dict(sorted(groups.items()))
 
 
@@ -373,13 +479,22 @@ def markdown_table(header: list[str], body: list[list[str]]) -> list[str]:
     return lines
 
 
-def panels(plt: Any, count: int, size: tuple[float, float]) -> tuple[Any, list]:
-    """A figure of ``count`` panels, at most :data:`PANELS_PER_ROW` a row."""
+def panels(
+    plt: Any, count: int, size: tuple[float, float], **options: Any
+) -> tuple[Any, list]:
+    """A figure of ``count`` panels, at most :data:`PANELS_PER_ROW` a row.
+
+    ``options`` go to ``plt.subplots`` (``layout="constrained"``, say).
+    """
     count = max(1, count)
     cols = min(count, PANELS_PER_ROW)
     lines = math.ceil(count / cols)
     fig, axes = plt.subplots(
-        lines, cols, figsize=(size[0] * cols, size[1] * lines), squeeze=False
+        lines,
+        cols,
+        figsize=(size[0] * cols, size[1] * lines),
+        squeeze=False,
+        **options,
     )
     flat = list(axes.flat)
     for ax in flat[count:]:
