@@ -14,9 +14,13 @@ import json
 import pytest
 
 from tpsl_flwr.cli.main import main
+from tpsl_flwr.errors import ReleaseRefused
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_experiment
 from tpsl_flwr.experiments.sweep.run import SweepConfig, run_sweep
+from tpsl_flwr.privacy.epsilon_text import results_total_text
+from tpsl_flwr.release.ledger import PrivacyLedger
+from tpsl_flwr.testing import write_criteo
 
 BASE = {"dataset": "breast-cancer", "epochs": 2, "batch_size": 64, "noise_seed": 0}
 
@@ -114,7 +118,54 @@ def test_a_tiny_sweep_runs_every_baseline(tmp_path, capsys):
         assert rows[heuristic]["epsilon"] == ""
     assert float(rows["rr-prior"]["epsilon_spent"]) == 1.0
     tables = (tmp_path / "tables.md").read_text()
-    assert "## Marvell (Li et al. 2022): no DP guarantee" in tables
-    assert "## RR-with-prior (Ghazi et al. 2021), eps-label-DP" in tables
+    assert "## marvell (no DP guarantee)" in tables
+    assert "## max-norm (no DP guarantee)" in tables
+    assert "## rr-prior ((eps, 0)-DP)" in tables
+    # max-norm takes no parameter: one level, written "-".
+    assert "| breast-cancer | - |  |" in tables
     for png in ("fig5_utility_vs_epsilon.png", "fig5_utility_vs_sda.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def _release(out, path, **fields):
+    return ExperimentConfig(
+        dataset="criteo",
+        data_path=str(path),
+        epochs=1,
+        batch_size=256,
+        validation_fraction=0.0,
+        out_dir=str(out),
+        release=True,
+        **fields,
+    )
+
+
+def test_releases_under_the_baselines_are_recorded_honestly(tmp_path):
+    # Prepare: labels that are not public (a generated Criteo file).
+    path = tmp_path / "train.txt"
+    write_criteo(path, 3000, seed=4, positive_rate=0.25)
+    # Execute / Assert: a heuristic with no DP guarantee is released only
+    # when acknowledged as unprotected, as `none` is.
+    with pytest.raises(ReleaseRefused, match="states no DP guarantee"):
+        run_experiment(_release(tmp_path / "m", path, mechanism="max-norm"))
+    done = run_experiment(
+        _release(tmp_path / "m", path, mechanism="max-norm", unprotected_release=True)
+    )
+    assert done["run_kind"] == "release" and done["epsilon_spent"] is None
+    entries = PrivacyLedger().sets()[0][1]
+    assert [(e.mechanism, e.epsilon, e.kind) for e in entries] == [
+        ("max-norm", None, "release")
+    ]
+    # The label set now has no finite total, and says so.
+    assert done["epsilon_total"] == "inf"
+    assert results_total_text(done) == "inf (no guarantee at any delta)"
+    # RR-with-prior is refused as a further release until acknowledged, and
+    # then adds its epsilon to the ledger.
+    with pytest.raises(ReleaseRefused, match="released 1 time"):
+        run_experiment(_release(tmp_path / "r", path, mechanism="rr-prior"))
+    rr = run_experiment(
+        _release(tmp_path / "r", path, mechanism="rr-prior", new_release=True)
+    )
+    assert rr["epsilon_spent"] == 1.0
+    kinds = [(e.mechanism, e.epsilon) for e in PrivacyLedger().sets()[0][1]]
+    assert kinds == [("max-norm", None), ("rr-prior", 1.0)]

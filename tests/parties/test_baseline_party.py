@@ -154,3 +154,21 @@ def test_marvell_reference_survives_a_checkpoint():
     resumed.load_state_dict(torch.load(buffer, weights_only=True))
     negatives = np.flatnonzero(LABELS == 0)[:BATCH]
     assert resumed.train_step(negatives, _embeddings(2)).shape == (BATCH, WIDTH)
+
+
+def test_rr_prior_resumed_before_any_checkpoint_never_draws():
+    # A release resumed with no saved state: the earlier run may have sent
+    # draws made with another prior, so none is made again (fail closed).
+    party = _party("rr-prior")
+    party.mark_resumed()
+    with pytest.raises(PrivacyError, match="resumed run would randomize"):
+        party.train_step(np.arange(BATCH), _embeddings(0))
+    # The other mechanisms draw from (key, id) alone: a resume is the same noise.
+    laplace = LabelParty(
+        _top(),
+        LABELS,
+        make_mechanism("laplace", epsilon=1.0),
+        NoiseKey.from_seed(5),
+    )
+    laplace.mark_resumed()
+    assert laplace.train_step(np.arange(BATCH), _embeddings(0)).shape == (BATCH, WIDTH)

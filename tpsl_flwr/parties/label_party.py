@@ -541,6 +541,15 @@ class LabelParty:
             }
         return state
 
+    def mark_resumed(self) -> None:
+        """Mark the run as continuing a release an earlier run may have sent.
+
+        RR-with-prior then never randomizes a label again (its draws depend on
+        a prior the earlier run may have had otherwise); :meth:`load_state_dict`
+        marks it too.
+        """
+        self._resumed = True
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; it must have been saved under this key."""
         if state.get("key_fingerprint") != self.key.fingerprint:

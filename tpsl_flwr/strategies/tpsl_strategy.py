@@ -476,6 +476,7 @@ class TPSLStrategy(Strategy):
                 self.party.key.fingerprint,
             )
         elif release.resumed:
+            self.party.mark_resumed()
             log(
                 INFO,
                 "resuming from epoch 1: the run stopped before its first checkpoint "

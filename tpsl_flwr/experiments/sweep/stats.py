@@ -476,7 +476,7 @@ def denoise_parts(
 
 
 def levels(rows: Iterable[Row], param: str) -> dict[float, list[Row]]:
-    """Rows per value of ``param`` (``epsilon``, ``sigma``, ...), smallest first."""
+    """Rows per value of ``param`` (``epsilon`` or ``sigma``), smallest first."""
     groups: dict[float, list[Row]] = defaultdict(list)
     for row in rows:
         groups[level_of(row, param)].append(row)
