@@ -55,7 +55,8 @@ FIELD_HELP: dict[str, str] = {
     "(the largest of 32, 64, 128, 256 giving each epoch 64 steps)",
     "lr": "Adam learning rate of every model; 0: auto, from the run's optimizer "
     "steps (3e-3 for 4000 steps or more, up to 1e-2 for short runs; 1e-3 beside "
-    "an ftrl wide part)",
+    "an ftrl wide part); on at most 50000 training rows beside ftrl or with noisy "
+    "labels, more than 2 epochs take the 2-epoch rate times 2 / epochs",
     "lr-schedule": "learning-rate schedule over the run: constant, or cosine "
     "decay to 0 by the last step",
     "weight-decay": "decoupled weight decay (AdamW) of every model; 0: plain Adam",
