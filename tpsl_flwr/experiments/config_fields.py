@@ -77,7 +77,8 @@ FIELD_HELP: dict[str, str] = {
     "wide-l1": "ftrl: L1 penalty of the wide weights (a weight stays exactly 0 "
     "until its summed gradient exceeds it)",
     "wide-l2": "ftrl: L2 penalty of the wide weights, in units of their summed "
-    "gradients",
+    "gradients (on at most 50000 training rows with noisy labels, more than 2 "
+    "epochs take wide-lr times 2 / epochs and wide-l1, wide-l2 times epochs / 2)",
     "validation-fraction": "probability of a training record being held out "
     "for validation (by id alone); each epoch is scored on its noisy labels and "
     "the best epoch's models are restored at the end; 0: no validation; auto: "
