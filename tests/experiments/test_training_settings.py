@@ -16,6 +16,7 @@ from tpsl_flwr.parties.training_rules import (
     BASE_LR,
     BESIDE_FTRL_LR,
     MAX_LR,
+    SMALL_DATA_ROWS,
     resolve_training,
 )
 
@@ -87,7 +88,65 @@ def test_the_rate_stays_in_its_range_and_falls_with_more_steps(rows, epochs):
 def test_only_public_counts_enter_the_rule():
     # The rule's inputs are counts and the run config: no label, no data.
     params = set(inspect.signature(resolve_training).parameters)
-    assert params == {"train_rows", "epochs", "batch_size", "lr", "beside_ftrl"}
+    assert params == {
+        "train_rows",
+        "epochs",
+        "batch_size",
+        "lr",
+        "beside_ftrl",
+        "heavy_noise",
+    }
+
+
+@pytest.mark.parametrize(
+    ("options", "two_epochs_lr"),
+    [({"beside_ftrl": True}, BESIDE_FTRL_LR), ({"heavy_noise": True}, MAX_LR)],
+)
+def test_small_data_keeps_two_epochs_worth_of_steps(options, two_epochs_lr):
+    # Execute: ~3600 training rows at 1, 2, 8 and 16 epochs
+    rates = {
+        e: resolve_training(train_rows=3600, epochs=e, **options).lr
+        for e in (1, 2, 8, 16)
+    }
+
+    # Assert: the rate times the epochs stays that of two epochs from 2 on
+    assert rates[1] == rates[2] == two_epochs_lr
+    assert rates[8] == pytest.approx(two_epochs_lr / 4)
+    assert rates[16] == pytest.approx(two_epochs_lr / 8)
+
+
+def test_the_epoch_budget_needs_small_data_and_leaves_explicit_rates_alone():
+    large = resolve_training(train_rows=SMALL_DATA_ROWS + 1, epochs=8, heavy_noise=True)
+    plain = resolve_training(train_rows=3600, epochs=8)
+    noisy = resolve_training(train_rows=3600, epochs=8, heavy_noise=True)
+    given = resolve_training(train_rows=3600, epochs=8, lr=0.02, heavy_noise=True)
+
+    assert large.lr == resolve_training(train_rows=SMALL_DATA_ROWS + 1, epochs=8).lr
+    # clean labels, no wide part: the rule alone, 3e-3 sqrt(4000 / 904)
+    assert plain.lr == 0.00631 and noisy.lr == MAX_LR / 4
+    assert given.lr == 0.02
+
+
+@pytest.mark.parametrize(
+    ("dataset", "mechanism", "epsilon", "budget"),
+    [
+        ("breast-cancer", "laplace", 1.0, True),
+        ("breast-cancer", "discrete", 1.0, True),
+        ("breast-cancer", "none", 1.0, False),
+        ("digits", "discrete", 4.0, False),  # keeps 0.86 of ten classes' labels
+        ("digits", "discrete", 1.0, True),  # keeps 0.23
+    ],
+)
+def test_the_config_applies_the_budget_where_the_labels_are_heavily_noisy(
+    dataset, mechanism, epsilon, budget
+):
+    cfg = ExperimentConfig(dataset=dataset, mechanism=mechanism, epsilon=epsilon)
+    at_8 = training_of(dataclasses.replace(cfg, epochs=8), 400)
+    at_2 = training_of(dataclasses.replace(cfg, epochs=2), 400)
+
+    assert cfg.heavy_label_noise is budget
+    assert at_2.lr == MAX_LR
+    assert at_8.lr == (MAX_LR / 4 if budget else MAX_LR)
 
 
 def test_beside_an_ftrl_wide_part_the_deep_rate_is_slower():

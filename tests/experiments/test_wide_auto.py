@@ -13,6 +13,7 @@ import argparse
 from typing import Any
 
 import pytest
+import torch
 from flwr.app import Context, Message, RecordDict
 
 from tpsl_flwr.cli.flags import add_config_flags
@@ -26,6 +27,7 @@ from tpsl_flwr.experiments.wide_settings import (
     WIDE_AUTO_MAX_ROWS,
     has_wide,
     resolve_wide,
+    wide_optimizer,
 )
 from tpsl_flwr.parties import NonLabelParty
 from tpsl_flwr.parties.ftrl import FtrlProximal
@@ -243,3 +245,36 @@ def test_a_small_criteo_run_with_auto_trains_the_wide_part(
     # 1500 generated rows, 1 epoch (the generator's logit_sd 1.5): well above
     # chance; a looser bound than the bench's, for one short epoch.
     assert results["test_auc"] > 0.6
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "epochs", "rows", "expected"),
+    [
+        ("laplace", 8, 4000, (1.25, 0.0, 8.0)),  # 2 / 8: the 2-epoch penalty
+        ("discrete", 4, 4000, (2.5, 0.0, 4.0)),
+        ("laplace", 2, 4000, (5.0, 0.0, 2.0)),
+        ("none", 8, 4000, (5.0, 0.0, 2.0)),  # clean labels keep the settings
+        ("laplace", 8, 60_000, (5.0, 0.0, 2.0)),  # above 50,000 rows
+    ],
+)
+def test_ftrl_keeps_a_two_epoch_penalty_under_heavy_noise(
+    mechanism, epochs, rows, expected
+):
+    # Prepare: an FTRL wide part at the default wide-lr 5, wide-l2 2
+    cfg = ExperimentConfig(
+        dataset="breast-cancer",
+        mechanism=mechanism,
+        epochs=epochs,
+        wide="on",
+        wide_optimizer="ftrl",
+    )
+
+    # Execute: the factory a node builds from its own row count
+    factory = wide_optimizer(cfg, rows, heavy_noise=cfg.heavy_label_noise)
+    assert factory is not None
+    optimizer = factory([torch.nn.Parameter(torch.zeros(3))])
+
+    # Assert
+    got = tuple(optimizer.defaults[k] for k in ("lr", "l1", "l2"))
+    assert got == pytest.approx(expected)
+    assert wide_optimizer(cfg) is not None  # without rows: the settings as given

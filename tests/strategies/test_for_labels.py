@@ -109,13 +109,14 @@ def test_an_embedded_three_party_app_is_built_in_one_call_and_runs(tmp_path):
 
 def test_the_defaults_are_the_ones_simulate_resolves(tmp_path):
     strategy = one_call(tmp_path, batch_size=0, epochs=3)
-    # batch 32 for 48 rows (resolve_training), cosine, no hold-out, posterior
+    # batch 32 for 48 rows (resolve_training), cosine, no hold-out, posterior;
+    # Laplace labels on 48 rows: the 2-epoch rate 1e-2 times 2 / 3 epochs
     assert strategy.batch_size == 32
     assert strategy.lr_schedule == "cosine"
     assert strategy.validation.fraction == 0.0
     assert strategy.party.denoise == "posterior"
     group = strategy.party.optimizer.param_groups[0]
-    assert (group["lr"], group["weight_decay"]) == (0.01, 0.3)
+    assert (group["lr"], group["weight_decay"]) == (0.00667, 0.3)
 
 
 def test_a_seeded_noise_key_is_reproducible(tmp_path):

@@ -33,7 +33,11 @@ from tpsl_flwr.data.bundled import BUNDLED, bundled_rows
 from tpsl_flwr.data.ctr.load import SPLITS
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config_fields import coerce_value
-from tpsl_flwr.experiments.training_settings import check_training, resolve_denoise
+from tpsl_flwr.experiments.training_settings import (
+    check_training,
+    heavy_label_noise,
+    resolve_denoise,
+)
 from tpsl_flwr.experiments.wide_settings import check_wide, wide_mode
 from tpsl_flwr.privacy.mechanisms import Mechanism, make_mechanism
 from tpsl_flwr.validation.holdout import validation_mode
@@ -212,6 +216,12 @@ class ExperimentConfig:
         """``denoise`` with ``auto`` resolved (:func:`.resolve_denoise`)."""
         k, eps = schema_classes(self.dataset), self.epsilon
         return resolve_denoise(self.denoise, self.mechanism, classes=k, epsilon=eps)
+
+    @property
+    def heavy_label_noise(self) -> bool:
+        """Labels noisy enough for the posterior (:func:`.heavy_label_noise`)."""
+        k, eps = schema_classes(self.dataset), self.epsilon
+        return heavy_label_noise(self.mechanism, classes=k, epsilon=eps)
 
     def _check_data(self) -> None:
         """Dataset, data-path, split, test-fraction, rows and hash-buckets."""

@@ -58,7 +58,8 @@ FIELD_HELP: dict[str, str] = {
     "(the largest of 32, 64, 128, 256 giving each epoch 64 steps)",
     "lr": "Adam learning rate of every model; 0: auto, from the run's optimizer "
     "steps (3e-3 for 4000 steps or more, up to 1e-2 for short runs; 1e-3 beside "
-    "an ftrl wide part)",
+    "an ftrl wide part); on at most 50000 training rows beside ftrl or with noisy "
+    "labels, more than 2 epochs take the 2-epoch rate times 2 / epochs",
     "lr-schedule": "learning-rate schedule over the run: constant, or cosine "
     "decay to 0 by the last step",
     "weight-decay": "decoupled weight decay (AdamW) of every model; 0: plain Adam",
@@ -79,7 +80,8 @@ FIELD_HELP: dict[str, str] = {
     "wide-l1": "ftrl: L1 penalty of the wide weights (a weight stays exactly 0 "
     "until its summed gradient exceeds it)",
     "wide-l2": "ftrl: L2 penalty of the wide weights, in units of their summed "
-    "gradients",
+    "gradients (on at most 50000 training rows with noisy labels, more than 2 "
+    "epochs take wide-lr times 2 / epochs and wide-l1, wide-l2 times epochs / 2)",
     "validation-fraction": "probability of a training record being held out "
     "for validation (by id alone); each epoch is scored on its noisy labels and "
     "the best epoch's models are restored at the end; 0: no validation; auto: "

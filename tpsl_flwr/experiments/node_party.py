@@ -61,7 +61,9 @@ def builtin_party(context: Context) -> NonLabelParty:
         },
         bottom,
         adam(training.lr, cfg.weight_decay),
-        wide_optimizer=wide_optimizer(cfg),
+        wide_optimizer=wide_optimizer(
+            cfg, len(train), heavy_noise=cfg.heavy_label_noise
+        ),
     )
 
 

@@ -24,6 +24,7 @@ from tpsl_flwr.experiments.wide_settings import WideFields, resolve_wide
 from tpsl_flwr.parties.training_rules import (
     NOISY_LABELS,
     TrainingSettings,
+    heavy_label_noise,
     resolve_denoise,
     resolve_training,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "TrainingFields",
     "TrainingSettings",
     "check_training",
+    "heavy_label_noise",
     "resolve_denoise",
     "resolve_training",
     "training_of",
@@ -83,6 +85,10 @@ class TrainingFields(WideFields, Protocol):
         """``denoise``."""
 
     @property
+    def heavy_label_noise(self) -> bool:
+        """Whether the mechanism's labels are noisy enough for the posterior."""
+
+    @property
     def denoise_prior(self) -> str:
         """``denoise-prior``."""
 
@@ -102,6 +108,7 @@ def training_of(cfg: TrainingFields, train_rows: int) -> TrainingSettings:
         batch_size=cfg.batch_size,
         lr=cfg.lr,
         beside_ftrl=cfg.wide == "on" and cfg.wide_optimizer == "ftrl",
+        heavy_noise=cfg.heavy_label_noise,
     )
 
 

@@ -40,6 +40,7 @@ from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config_fields import WIDE_MODES, WIDE_OPTIMIZERS
 from tpsl_flwr.parties.ftrl import ftrl
 from tpsl_flwr.parties.optim import OptimizerFactory
+from tpsl_flwr.parties.training_rules import BUDGET_EPOCHS, wide_budget
 
 __all__ = [
     "WIDE_AUTO_MAX_ROWS",
@@ -228,11 +229,30 @@ def check_wide(cfg: WideFields) -> None:
         )
 
 
-def wide_optimizer(cfg: WideFields) -> OptimizerFactory | None:
+def wide_optimizer(
+    cfg: WideFields, train_rows: int | None = None, *, heavy_noise: bool = False
+) -> OptimizerFactory | None:
     """The wide part's own optimizer factory; None: the run's Adam(W) takes it.
 
-    ``cfg`` resolved as for :func:`has_wide`.
+    ``cfg`` resolved as for :func:`has_wide`. With ``train_rows`` given and
+    ``heavy_noise`` (labels noisy enough for the posterior), FTRL keeps the
+    penalty of a 2-epoch run whatever the epochs
+    (:func:`~tpsl_flwr.parties.training_rules.wide_budget`: ``wide-lr`` times
+    ``s``, ``wide-l1`` and ``wide-l2`` over ``s``, ``s = min(1, 2 / epochs)``
+    on at most 50,000 training rows). Public facts only: every node resolves
+    the same factor from its own row count.
     """
     if _resolved(cfg, None) != ("on", "ftrl"):
         return None
-    return ftrl(cfg.wide_lr, beta=WIDE_BETA, l1=cfg.wide_l1, l2=cfg.wide_l2)
+    scale = 1.0
+    if train_rows is not None:
+        epochs = int(getattr(cfg, "epochs", BUDGET_EPOCHS))
+        scale = wide_budget(
+            train_rows=train_rows, epochs=epochs, heavy_noise=heavy_noise
+        )
+    return ftrl(
+        cfg.wide_lr * scale,
+        beta=WIDE_BETA,
+        l1=cfg.wide_l1 / scale,
+        l2=cfg.wide_l2 / scale,
+    )

@@ -34,7 +34,7 @@ from tpsl_flwr._util.checks import (
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.parties import LabelParty, adam
 from tpsl_flwr.parties.optim import OptimizerFactory, lr_scale
-from tpsl_flwr.parties.training_rules import resolve_training
+from tpsl_flwr.parties.training_rules import heavy_label_noise, resolve_training
 from tpsl_flwr.privacy.accounting import privacy_spent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.release.ledger import PrivacyLedger
@@ -167,7 +167,10 @@ def for_labels(
     lr
         The top model's Adam(W) rate; 0 (default): resolved as ``batch_size``.
         The nodes' optimizers are their own: give them the same rate
-        (``resolve_training(train_rows=n, epochs=e).lr`` where it is auto).
+        (``resolve_training(train_rows=n, epochs=e, heavy_noise=h).lr`` where
+        it is auto, ``h = heavy_label_noise(mechanism, classes=k,
+        epsilon=epsilon)``: on at most 50,000 rows a run of more than two
+        epochs under such noise keeps two epochs' worth of steps).
     weight_decay
         AdamW's decoupled weight decay (default 0.3; 0: Adam).
     optimizer
@@ -338,8 +341,13 @@ def for_labels(
         unprotected_release=unprotected_release,
     )
     # ----------------------------------------- auto resolved, as simulate does
+    heavy = heavy_label_noise(mech.name, classes=k, epsilon=mech.epsilon or 0.0)
     training = resolve_training(
-        train_rows=int(train.size), epochs=epochs, batch_size=batch_size, lr=lr
+        train_rows=int(train.size),
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        heavy_noise=heavy,
     )
     fraction = resolve_validation(
         validation_fraction,
