@@ -136,6 +136,8 @@ class DeploymentRuntime:
     executor : bool
         A warm executor beside each SuperNode (default); ``False``: Flower's
         process per message.
+    executor_args : Sequence[str]
+        Extra ``tpsl-flwr executor`` options (e.g. ``--task-timeout 30``).
 
     Examples
     --------
@@ -162,6 +164,7 @@ class DeploymentRuntime:
     party_workers: bool = False
     worker_run_config: Mapping[str, Any] | None = None
     executor: bool = True
+    executor_args: Sequence[str] = ()
     workers: PartyWorkers | None = field(default=None, init=False)
     executors: list[subprocess.Popen[Any]] = field(default_factory=list, init=False)
     executor_commands: list[list[str]] = field(default_factory=list, init=False)
@@ -311,6 +314,7 @@ class DeploymentRuntime:
             )
             if self.executor:
                 command = executor_command(f"127.0.0.1:{port}", secret)
+                command += list(self.executor_args)
                 self.executor_commands.append(command)
                 self.executors.append(
                     self._popen(command, self.log_dir / f"executor-{i}.log")

@@ -105,8 +105,10 @@ class ExecutorSettings:
         Longest wait between two ``AcquireTask`` calls when idle (seconds);
         after a task the executor polls after :data:`FIRST_POLL` and doubles.
     task_timeout
-        The task bound in seconds; ``None``: the run config's
-        ``reply-timeout``, else :data:`DEFAULT_TASK_BOUND`.
+        The bound of a warm task in seconds; ``None``: the run config's
+        ``reply-timeout``, else :data:`DEFAULT_TASK_BOUND`. A stock
+        ``flwr-clientapp`` process is bounded by the larger of this and
+        :data:`DEFAULT_TASK_BOUND` (its start alone takes seconds).
     auth_secret
         The SuperExec shared secret the SuperNode was given
         (``--superexec-auth-secret-file``); ``None``: unauthenticated.
@@ -372,7 +374,8 @@ class WarmExecutor:
             "--parent-pid",
             str(os.getpid()),
         ]
-        bound = self.settings.task_timeout or DEFAULT_TASK_BOUND
+        # a fresh process alone takes seconds: never bounded below the default
+        bound = max(self.settings.task_timeout or 0.0, DEFAULT_TASK_BOUND)
         started = time.time()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
         try:
