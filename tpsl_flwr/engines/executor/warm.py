@@ -192,7 +192,9 @@ PULL_BACKOFF_CAP = 0.1
 """Longest wait between two retries of one object (Flower's own: 1 s to 10 s)."""
 
 
-def pull_input(client: Any) -> tuple[Message, Context, Any, Any]:
+def pull_input(
+    client: Any, times: list[float] | None = None
+) -> tuple[Message, Context, Any, Any]:
     """Flower's ``pull_task_input`` with a short retry for objects still in transit.
 
     A SuperNode creates the task before it has pulled the message's objects
@@ -203,8 +205,12 @@ def pull_input(client: Any) -> tuple[Message, Context, Any, Any]:
     before the retry. This is ``pull_task_input``
     (``flwr/supernode/runtime/run_clientapp.py``) step by step, the same Flower
     calls, with the first retry after :data:`PULL_BACKOFF` instead.
+    ``times`` (if given) gets ``time.time()`` after the task input (context,
+    run, bundle) and after the message's head.
     """
     res = client.PullTaskInput(F.PullTaskInputRequest())
+    if times is not None:
+        times.append(time.time())
     F.TaskIdentity.task_id = res.task_id
     F.TaskIdentity.run_id = res.run.run_id
     F.TaskIdentity.node_id = res.context.node_id
@@ -214,6 +220,8 @@ def pull_input(client: Any) -> tuple[Message, Context, Any, Any]:
     pulled = client.PullMessages(F.PullAppMessagesRequest())
     if not pulled.messages_list:
         raise RuntimeError("No messages received from Runtime API")
+    if times is not None:
+        times.append(time.time())
     node = F.Node(node_id=context.node_id)
     tree = pulled.message_object_trees[0]
     message = F.pull_and_inflate_object_from_tree(
@@ -437,8 +445,9 @@ class WarmExecutor:
         sub_status, details = F.SubStatus.FAILED, "ClientApp task failed"
         watchdog: threading.Timer | None = None
         called = answered = pulled = 0.0
+        steps: list[float] = []
         try:
-            message, context, run, fab = pull_input(client)
+            message, context, run, fab = pull_input(client, steps)
             pulled = time.time()
             before = F.context_to_proto(context)
             if fab.hash_str != self.warm_hash or run.fab_hash != self.warm_hash:
@@ -499,7 +508,7 @@ class WarmExecutor:
         if message is not None:
             _LOG.info(
                 "executor %s %s acquired %.4f pulled %.4f called %.4f answered %.4f "
-                "pushed %.4f",
+                "pushed %.4f (input %.4f head %.4f)",
                 (context.node_config.get(P.PARTITION_ID, "-") if context else "-"),
                 message.metadata.message_type,
                 acquired,
@@ -507,6 +516,7 @@ class WarmExecutor:
                 called,
                 answered,
                 time.time(),
+                *[*steps, 0.0, 0.0][:2],
             )
 
     def _mark_failed(self, run_id: int, reason: str) -> None:
