@@ -13,6 +13,7 @@ from tpsl_flwr.engines.executor.fab_match import (
     code_difference,
     find_installed,
     judge_fab,
+    package_digest,
 )
 
 PACKAGE = Path(tpsl_flwr.__file__).resolve().parent
@@ -108,3 +109,23 @@ def test_the_installed_folder_is_found_by_the_hash_prefix(installed: Path) -> No
 
     assert find_installed("0123abcd" + "e" * 56, home) == installed
     assert find_installed("ffffffff" + "e" * 56, home) is None
+
+
+def test_the_bundle_is_held_to_the_code_as_it_was_imported(
+    installed: Path, tmp_path: Path
+) -> None:
+    # Prepare: the digest taken at the executor's start, then a bundle whose
+    # node handlers differ (as if the package were upgraded in place later)
+    at_start = package_digest("tpsl_flwr.simulations.client_app")
+    app = _copy(installed, tmp_path)
+    changed = app / "tpsl_flwr" / "wire" / "node_side.py"
+    changed.write_bytes(changed.read_bytes() + b"# upgraded\n")
+    later = {**at_start, "wire/node_side.py": "0" * 64}
+
+    # Execute / Assert: held to what was loaded, not to the folder now
+    verdict = judge_fab(app, [DEFAULT_WARM_APP], {DEFAULT_WARM_APP: at_start})
+    assert verdict.reason is not None and "node_side.py differs" in verdict.reason
+    assert code_difference(installed, "tpsl_flwr.simulations.client_app", later) == (
+        "tpsl_flwr/wire/node_side.py differs from the imported copy"
+    )
+    assert judge_fab(installed, [DEFAULT_WARM_APP], {DEFAULT_WARM_APP: at_start}).warm

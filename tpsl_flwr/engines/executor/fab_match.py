@@ -13,14 +13,22 @@ stock ``flwr-clientapp`` process, as Flower runs it.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from tpsl_flwr.engines.executor.flower_seam import get_flwr_home, get_project_config
 
-__all__ = ["DEFAULT_WARM_APP", "WarmVerdict", "find_installed", "judge_fab"]
+__all__ = [
+    "DEFAULT_WARM_APP",
+    "WarmVerdict",
+    "code_difference",
+    "find_installed",
+    "judge_fab",
+    "package_digest",
+]
 
 DEFAULT_WARM_APP = "tpsl_flwr.simulations.client_app:app"
 """The project's ClientApp (the FAB's ``clientapp``), warm by default."""
@@ -76,7 +84,22 @@ def _files(root: Path, suffixes: Iterable[str] | None = None) -> dict[str, Path]
     }
 
 
-def code_difference(app_dir: Path, module: str) -> str | None:
+def package_digest(module: str) -> dict[str, str]:
+    """SHA-256 of every file of ``module``'s top-level package, as it is now.
+
+    Taken when the executor starts (after it imported the warm apps): a bundle
+    is then compared with the code this process loaded, not with whatever the
+    folder holds later (an upgrade in place would otherwise pass).
+    """
+    return {
+        name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for name, path in _files(_package_root(module)).items()
+    }
+
+
+def code_difference(
+    app_dir: Path, module: str, imported: Mapping[str, str] | None = None
+) -> str | None:
     """The first file where the FAB in ``app_dir`` and the imported code differ.
 
     Parameters
@@ -85,6 +108,9 @@ def code_difference(app_dir: Path, module: str) -> str | None:
         The installed FAB (its ``pyproject.toml`` and packages).
     module
         The ClientApp's module; its top-level package is compared.
+    imported
+        :func:`package_digest` of that package when this process imported it;
+        ``None``: the package's files as they are now.
 
     Returns
     -------
@@ -93,26 +119,29 @@ def code_difference(app_dir: Path, module: str) -> str | None:
     """
     top = module.split(".")[0]
     try:
-        imported = _package_root(module)
+        ours = package_digest(module) if imported is None else dict(imported)
     except ImportError as err:
         return f"{top} does not import here ({err})"
     shipped = app_dir / top
     if not shipped.is_dir():
         return f"the FAB has no {top}/ package"
-    ours = _files(imported)
     theirs = _files(shipped)
     for name, path in theirs.items():
         if name not in ours:
-            return f"{top}/{name} is in the FAB, not in the imported {imported}"
-        if path.read_bytes() != ours[name].read_bytes():
-            return f"{top}/{name} differs from the imported {ours[name]}"
-    for name in _files(imported, (".py",)):
-        if name not in theirs:
+            return f"{top}/{name} is in the FAB, not in the imported package"
+        if hashlib.sha256(path.read_bytes()).hexdigest() != ours[name]:
+            return f"{top}/{name} differs from the imported copy"
+    for name in ours:
+        if name.endswith(".py") and name not in theirs:
             return f"{top}/{name} is imported here but not in the FAB"
     return None
 
 
-def judge_fab(app_dir: Path, allowed: Iterable[str]) -> WarmVerdict:
+def judge_fab(
+    app_dir: Path,
+    allowed: Iterable[str],
+    imported: Mapping[str, Mapping[str, str]] | None = None,
+) -> WarmVerdict:
     """Whether the installed FAB in ``app_dir`` may run warm here.
 
     Parameters
@@ -121,6 +150,9 @@ def judge_fab(app_dir: Path, allowed: Iterable[str]) -> WarmVerdict:
         An installed FAB (:func:`find_installed`).
     allowed
         The ClientApp references allowed warm (``--warm-app``).
+    imported
+        :func:`package_digest` of each allowed reference's package, taken at
+        start; ``None`` (or a reference missing): its files as they are now.
 
     Returns
     -------
@@ -138,7 +170,8 @@ def judge_fab(app_dir: Path, allowed: Iterable[str]) -> WarmVerdict:
     allowed = list(allowed)
     if ref not in allowed:
         return WarmVerdict(ref, f"ClientApp {ref!r} is not in --warm-app {allowed}")
-    differs = code_difference(app_dir, ref.partition(":")[0])
+    digest = None if imported is None else imported.get(ref)
+    differs = code_difference(app_dir, ref.partition(":")[0], digest)
     if differs is not None:
         return WarmVerdict(ref, f"the FAB's code is not the imported code: {differs}")
     return WarmVerdict(ref, None)

@@ -71,6 +71,7 @@ from tpsl_flwr.engines.executor.fab_match import (
     find_installed,
     imported_root,
     judge_fab,
+    package_digest,
 )
 from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.wire import protocol as P
@@ -256,6 +257,13 @@ class WarmExecutor:
         self.failed_runs: OrderedDict[int, str] = OrderedDict()
         self.served = 0
         self._unreachable = False
+        # the code this process loads warm, as it is at start (after preload)
+        self.imported: dict[str, dict[str, str]] = {}
+        for ref in settings.warm_apps:
+            try:
+                self.imported[ref] = package_digest(ref.partition(":")[0])
+            except ImportError:  # judged cold, naming the import, when it comes
+                pass
         self._token_dir = make_private_dir(
             Path(tempfile.mkdtemp(prefix="tpsl-executor-")), check=False
         )
@@ -340,7 +348,7 @@ class WarmExecutor:
         folder = find_installed(fab_hash)
         if folder is None:
             return WarmVerdict(None, "not installed yet")  # judged after a task
-        verdict = judge_fab(folder, self.settings.warm_apps)
+        verdict = judge_fab(folder, self.settings.warm_apps, self.imported)
         if verdict.warm and self.warm_hash not in (None, fab_hash):
             verdict = WarmVerdict(
                 verdict.app_ref,
