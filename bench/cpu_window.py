@@ -29,6 +29,7 @@ KINDS = (
     ("flower-superlink", "flower-superlink"),
     ("tpsl_flwr.engines.superlink_guard", "flower-superlink"),
     ("flwr-serverapp", "label party (flwr-serverapp)"),
+    ("tpsl_flwr.cli executor", "warm executors"),
     (" party ", "party workers"),
 )
 """(text in the command line, kind) in the order they are matched."""

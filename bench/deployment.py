@@ -5,6 +5,10 @@ parties, 1 epoch, seeded noise key, transcript audit off) for each batch size
 (default 64 and 1024) and steps-per-message value (default 1) on each engine,
 one after the other, through :func:`~tpsl_flwr.experiments.run.run_experiment`:
 
+- ``deployment+executor``: a fresh ``DeploymentRuntime`` whose SuperNodes run
+  with ``--isolation process`` and a warm executor each (``tpsl-flwr
+  executor``: one long-lived process per SuperNode serves its tasks, the
+  ClientApp and the party loaded once), ``flwr run`` there;
 - ``deployment+worker``: a fresh ``DeploymentRuntime`` (``flower-superlink``
   and 2 ``flower-supernode`` on loopback, every message in a fresh
   ``flwr-clientapp`` process that imports no torch and forwards it to the
@@ -83,6 +87,7 @@ from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import DEPLOYMENT_LOGS, run_experiment
 
 ENGINES = (
+    "deployment+executor",
     "deployment+worker",
     "deployment+worker+pipeline",
     "deployment",
@@ -93,6 +98,10 @@ PIPELINED = "+pipeline"
 """An engine with this in its name runs with ``pipeline-depth = 1``."""
 POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
 _WORKER = re.compile(r"worker \d+ (\S+) recv ([0-9.]+) sent ([0-9.]+)")
+_EXECUTOR = re.compile(
+    r"executor \d+ (\S+) acquired ([0-9.]+) pulled ([0-9.]+) called ([0-9.]+) "
+    r"answered ([0-9.]+) pushed ([0-9.]+)"
+)
 ROUND_TRIP_TARGET = 1.5
 RATIO_TARGET = 0.2
 _EVENT = re.compile(r"(Receiving|Sending): (\S+) message|Start `flwr-clientapp`")
@@ -213,6 +222,49 @@ def worker_breakdown(
     return parts
 
 
+def executor_breakdown(
+    events: list[tuple[float, str, str]], executor_log: Path
+) -> dict[str, list[float]]:
+    """Per train message served warm by executor 0: where its round trip went.
+
+    Matches each executor line with the SuperNode's last ``Receiving: train``
+    before it was acquired and its first ``Sending: train`` after it was
+    pushed: SuperNode receive -> task acquired (the SuperNode pulls the
+    message's objects, the executor's poll), acquired -> input pulled, pulled
+    -> the ClientApp called, the call, the reply and status pushed, pushed ->
+    the SuperNode sends (its reply-wait poll), and the SuperNode idle after.
+    """
+    served = [
+        [float(v) for v in m.groups()[1:]]
+        for m in map(_EXECUTOR.search, executor_log.read_text().splitlines())
+        if m is not None and m.group(1) == "train"
+    ]
+    received = [t for t, k, m in events if k == "Receiving" and m == "train"]
+    sent = [t for t, k, m in events if k == "Sending" and m == "train"]
+    every_received = [t for t, k, _ in events if k == "Receiving"]
+    names = ("to acquire", "pull", "checks", "call", "push", "to send", "idle")
+    parts: dict[str, list[float]] = {name: [] for name in names}
+    for acquired, pulled, called, answered, pushed in served:
+        before = [t for t in received if t <= acquired]
+        after = [t for t in sent if t >= pushed]
+        if not (before and after):
+            continue
+        nxt = [t for t in every_received if t > after[0]]
+        values = (
+            acquired - before[-1],
+            pulled - acquired,
+            called - pulled,
+            answered - called,
+            pushed - answered,
+            after[0] - pushed,
+            (nxt[0] - after[0]) if nxt else float("nan"),
+        )
+        for name, value in zip(names, values, strict=True):
+            if value == value:  # not NaN
+                parts[name].append(value)
+    return parts
+
+
 def cpu_per_message(
     events: list[tuple[float, str, str]], sampler: CpuSampler
 ) -> dict[str, float]:
@@ -257,6 +309,7 @@ def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
             timeout=900,
             overwrite=True,
             party_workers="+worker" in engine,
+            executor="+executor" in engine,
         )
     finally:
         if timer is not None:
@@ -276,6 +329,10 @@ def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
         if "+worker" in engine:
             results["worker_parts"] = worker_breakdown(
                 timer.events, logs / "party-worker-0.log"
+            )
+        if "+executor" in engine:
+            results["executor_parts"] = executor_breakdown(
+                timer.events, logs / "executor-0.log"
             )
     if "round_trip_seconds" not in results:
         from tpsl_flwr.experiments.run import round_trip_seconds

@@ -29,12 +29,24 @@ ClientApp sends the worker) and decoding (the worker), the node's handler (K
 embeds and K gradient steps + the state save), the reply's encoding and
 decoding, the label party reading the embeddings, and the bytes each way.
 
-Targets (issue 22): message time K = 8 vs K = 1 at d = 1 <= 1.25;
-deployment/Ray samples/s at K = 8, d = 1 >= 0.1.
+Each deployment engine of ``--engines`` runs every (K, d, wire):
+``deployment+executor`` (default: ``--isolation process`` and a warm executor
+per SuperNode, ``tpsl-flwr executor``) and ``deployment+worker`` (Flower's
+``flwr-clientapp`` per message, forwarding to a party worker). For the
+executor, where a train message goes is read from its log: SuperNode receive
+-> task acquired, pull of the task input, our checks, the ClientApp call, the
+push, pushed -> the SuperNode sends (its reply-wait poll), SuperNode idle.
+The in-process engine runs each (K, d) too, for the test AUC to compare with.
+
+Targets (issue 37): deployment round trip at K = 1, d = 1 <= 0.5 s;
+deployment/Ray samples/s at K = 8 >= 0.3; CPU seconds per K = 8 message,
+whole machine, <= 1.0; test AUC deployment vs in-process within 0.002.
+Earlier (issue 22): message time K = 8 vs K = 1 at d = 1 <= 1.25.
 
 Usage: ``python bench/deployment_kd.py [--rows 20000] [--steps 1 8]
-[--depth 1 2] [--wire-dtype float32 float16] [--repeats 5] [--no-ray]``.
-About 12 minutes on a loaded 2-core machine (each deployment run 1-4 min).
+[--depth 1 2] [--wire-dtype float32 float16] [--engines deployment+executor
+deployment+worker] [--repeats 5] [--no-ray]``. About 12 minutes on a loaded
+2-core machine (each deployment run 1-4 min).
 """
 
 from __future__ import annotations
@@ -57,7 +69,11 @@ from tpsl_flwr.experiments.config import ExperimentConfig
 
 BATCH = 1024
 MESSAGE_RATIO_TARGET = 1.25
-RAY_RATIO_TARGET = 0.1
+ROUND_TRIP_TARGET = 0.5
+RAY_RATIO_TARGET = 0.3
+CPU_TARGET = 1.0
+AUC_TOLERANCE = 0.002
+DEPLOYMENTS = ("deployment+executor", "deployment+worker")
 
 
 def config(rows: int, k: int, depth: int, wire: str, out: Path) -> ExperimentConfig:
@@ -215,6 +231,10 @@ def main() -> None:
     parser.add_argument("--wire-dtype", nargs="+", default=["float32"], dest="wires")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument(
+        "--engines", nargs="+", default=list(DEPLOYMENTS), choices=DEPLOYMENTS
+    )
+    parser.add_argument("--no-inprocess", action="store_true")
     parser.add_argument("--out", type=Path, default=None, help="keep outputs here")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -226,8 +246,13 @@ def main() -> None:
     began, load_before = time.perf_counter(), os.getloadavg()
     rows: dict[tuple[str, int, int, str], dict[str, Any]] = {}
     runs = [("ray", k, 0, "float32") for k in args.steps if not args.no_ray]
+    if not args.no_inprocess:
+        runs += [
+            ("in-process", k, d, "float32") for d in args.depth for k in args.steps
+        ]
     runs += [
-        ("deployment+worker", k, d, w)
+        (engine, k, d, w)
+        for engine in args.engines
         for w in args.wires
         for d in args.depth
         for k in args.steps
@@ -277,8 +302,9 @@ def main() -> None:
             f"| {r['samples_per_second']:.1f} | {r.get('test_auc', float('nan')):.4f} "
             f"| {ratio} |"
         )
-    print_checks(rows, args.steps, args.wires)
+    print_checks(rows, args.steps, args.wires, args.engines)
     print_parts(rows)
+    print_executor_parts(rows)
     print_cpu(rows)
     print_share(shares)
     print()
@@ -291,36 +317,69 @@ def print_checks(
     rows: dict[tuple[str, int, int, str], dict[str, Any]],
     steps: list[int],
     wires: list[str],
+    engines: list[str],
 ) -> None:
-    """The issue's two targets, for each wire dtype measured."""
+    """The issues' targets, for each deployment engine and wire dtype measured."""
     lo, hi = min(steps), max(steps)
     print()
     print("| check | measured | target |")
     print("|---|---|---|")
-    for wire in wires:
-        a = rows.get(("deployment+worker", lo, 1, wire))
-        b = rows.get(("deployment+worker", hi, 1, wire))
-        if a is None or b is None or lo == hi:
+    for engine in engines:
+        for wire in wires:
+            _checks(rows, engine, lo, hi, wire)
+
+
+def _checks(
+    rows: dict[tuple[str, int, int, str], dict[str, Any]],
+    engine: str,
+    lo: int,
+    hi: int,
+    wire: str,
+) -> None:
+    """One engine's rows of the checks table (issue 37's, then issue 22's)."""
+    for (name, k, d, w), r in rows.items():
+        if name != engine or w != wire:
             continue
-        mean = b["round_trip_seconds"] / a["round_trip_seconds"]
-        print(
-            f"| message time K={hi} / K={lo}, d=1, {wire} (mean s/message) "
-            f"| {mean:.2f} | <= {MESSAGE_RATIO_TARGET} |"
-        )
-        ga, gb = a["node_gaps"]["round_trip"], b["node_gaps"]["round_trip"]
-        if ga and gb:
-            node = statistics.median(gb) / statistics.median(ga)
+        if k == 1 and d == 1:
             print(
-                f"| message time K={hi} / K={lo}, d=1, {wire} (node median) "
-                f"| {node:.2f} | <= {MESSAGE_RATIO_TARGET} |"
+                f"| {engine}: round trip, K=1, d=1, {wire} (mean s/message) "
+                f"| {r['round_trip_seconds']:.3f} | <= {ROUND_TRIP_TARGET} |"
             )
-        ray = rows.get(("ray", hi, 0, "float32"))
-        if ray is not None:
-            ratio = b["samples_per_second"] / ray["samples_per_second"]
+            gaps = r.get("node_gaps", {}).get("round_trip")
+            if gaps:
+                print(
+                    f"| {engine}: round trip, K=1, d=1, {wire} (node median) "
+                    f"| {statistics.median(gaps):.3f} | <= {ROUND_TRIP_TARGET} |"
+                )
+        ray = rows.get(("ray", k, 0, "float32"))
+        if k == hi and ray is not None:
+            ratio = r["samples_per_second"] / ray["samples_per_second"]
             print(
-                f"| deployment/ray samples/s, K={hi}, d=1, {wire} "
+                f"| {engine}: deployment/ray samples/s, K={k}, d={d}, {wire} "
                 f"| {ratio:.4f} | >= {RAY_RATIO_TARGET} |"
             )
+        cpu = r.get("cpu_per_message") or {}
+        if k == hi and cpu:
+            print(
+                f"| {engine}: CPU s per K={k} message, d={d}, whole machine "
+                f"| {cpu['machine']:.2f} | <= {CPU_TARGET} |"
+            )
+        local = rows.get(("in-process", k, d, "float32"))
+        if local is not None:
+            gap = abs(r.get("test_auc", math.nan) - local.get("test_auc", math.nan))
+            print(
+                f"| {engine}: test AUC vs in-process, K={k}, d={d}, {wire} "
+                f"| {gap:.4f} | <= {AUC_TOLERANCE} |"
+            )
+    a = rows.get((engine, lo, 1, wire))
+    b = rows.get((engine, hi, 1, wire))
+    if a is None or b is None or lo == hi:
+        return
+    mean = b["round_trip_seconds"] / a["round_trip_seconds"]
+    print(
+        f"| {engine}: message time K={hi} / K={lo}, d=1, {wire} (mean s/message) "
+        f"| {mean:.2f} | <= {MESSAGE_RATIO_TARGET} |"
+    )
 
 
 def print_parts(rows: dict[tuple[str, int, int, str], dict[str, Any]]) -> None:
@@ -334,7 +393,7 @@ def print_parts(rows: dict[tuple[str, int, int, str], dict[str, Any]]) -> None:
     )
     print("|---|---|---|---|---|---|---|")
     for (_engine, k, d, wire), r in rows.items():
-        if "worker_parts" not in r:
+        if "worker_parts" not in r:  # deployment+worker only
             continue
         gaps, parts = r["node_gaps"], r["worker_parts"]
         print(
@@ -343,6 +402,27 @@ def print_parts(rows: dict[tuple[str, int, int, str], dict[str, Any]]) -> None:
             f"| {_med(parts['reach'])} | {_med(parts['step'])} "
             f"| {_med(parts['back'])} |"
         )
+
+
+def print_executor_parts(
+    rows: dict[tuple[str, int, int, str], dict[str, Any]],
+) -> None:
+    """Where a warm executor's train message goes (SuperNode 0, medians, s)."""
+    runs = {
+        key: r["executor_parts"] for key, r in rows.items() if "executor_parts" in r
+    }
+    if not runs:
+        return
+    names = list(next(iter(runs.values())))
+    print()
+    print("Where a train message goes with the warm executor (SuperNode 0, s):")
+    print()
+    print("| run | node median | " + " | ".join(names) + " |")
+    print("|---|---|" + "---|" * len(names))
+    for (_engine, k, d, wire), parts in runs.items():
+        gaps = rows[(_engine, k, d, wire)]["node_gaps"]["round_trip"]
+        cells = [_med(parts[name]) for name in names]
+        print(f"| K={k}, d={d}, {wire} | {_med(gaps)} | " + " | ".join(cells) + " |")
 
 
 def print_cpu(rows: dict[tuple[str, int, int, str], dict[str, Any]]) -> None:
@@ -370,12 +450,12 @@ def print_cpu(rows: dict[tuple[str, int, int, str], dict[str, Any]]) -> None:
         + " | cores busy | floor s/message |"
     )
     print("|---|---|---|" + "---|" * (len(kinds) + 2))
-    for (_engine, k, d, wire), cpu in runs.items():
+    for (engine, k, d, wire), cpu in runs.items():
         wall = cpu["window s"] / cpu["messages"]
         cells = [f"{cpu.get(kind, 0.0):.2f}" for kind in kinds]
         busy, floor = cpu["machine"] / wall, cpu["machine"] / cpus
         print(
-            f"| K={k}, d={d}, {wire} | {cpu['messages']:.0f} | {wall:.2f} | "
+            f"| {engine} K={k}, d={d}, {wire} | {cpu['messages']:.0f} | {wall:.2f} | "
             + " | ".join(cells)
             + f" | {busy:.2f} of {cpus} | {floor:.2f} |"
         )

@@ -471,15 +471,17 @@ def test_flwr_run_simulation_runs_tpsl_app(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_deployment_runtime_runs_tpsl_app(tmp_path: Path) -> None:
-    # Prepare: every message costs a fresh `flwr-clientapp` process per node
-    # (forwarding to the node's party worker) plus the SuperNodes' 3 s polls,
+    # Prepare: Flower's process-per-message path (no warm executor; the warm
+    # one is tests/engines/executor/ and the secure deployment test): every
+    # message costs a fresh `flwr-clientapp` process per node (forwarding to
+    # the node's party worker) plus the SuperNodes' 3 s polls,
     # so keep it to 3 round trips: hello, one train message carrying all 4
     # steps (batch 128, steps-per-message 4), and the test-embedding query.
     out_dir = tmp_path / "out"
     config = _tpsl_config(out_dir, **{"steps-per-message": 4})
     failing = _tpsl_config(tmp_path / "failing", epsilon=0.0)  # ConfigError
     runtime = DeploymentRuntime(
-        2, tmp_path / "logs", startup_timeout=60, party_workers=True
+        2, tmp_path / "logs", startup_timeout=120, party_workers=True, executor=False
     )
     start = time.perf_counter()
 

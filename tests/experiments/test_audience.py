@@ -142,6 +142,7 @@ def _every_field():
         "flower_wall_seconds": 3.0,
         "round_trip_seconds": 0.01,
         "party_workers": True,
+        "executor": False,
     }
 
 

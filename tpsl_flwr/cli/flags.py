@@ -129,8 +129,16 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         "--no-party-workers",
         dest="party_workers",
         action="store_false",
-        help="--engine deployment: no party worker beside each SuperNode (every "
-        "message then runs in full in a fresh flwr-clientapp process; slower)",
+        help="--engine deployment --no-executor: no party worker beside each "
+        "SuperNode (every message then runs in full in a fresh flwr-clientapp "
+        "process; slower)",
+    )
+    group.add_argument(
+        "--no-executor",
+        dest="executor",
+        action="store_false",
+        help="--engine deployment: no warm executor beside each SuperNode; Flower "
+        "runs every message in a fresh flwr-clientapp process (slower)",
     )
 
 

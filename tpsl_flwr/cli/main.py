@@ -17,6 +17,8 @@ One module per sub-command, parser and handler together:
   ``ledger acknowledge`` for a further release (:mod:`~tpsl_flwr.release.ledger`).
 * ``attack`` — the black-box attacks on a recorded transcript, offline.
 * ``party`` — serve one node's messages from a long-lived party worker.
+* ``executor`` — serve a SuperNode's ClientApp tasks from one warm process
+  (:mod:`tpsl_flwr.engines.executor.warm`).
 
 Each is ``tpsl_flwr.cli.<command>`` (``flower_run`` for ``flower-run``), whose
 ``add_parser`` adds it here. Bad input gives a one-line message naming the
@@ -32,6 +34,7 @@ from collections.abc import Sequence
 from tpsl_flwr.cli import (
     attack,
     audit,
+    executor,
     flower_run,
     keygen,
     ledger,
@@ -45,7 +48,17 @@ from tpsl_flwr.experiments.run_folder import one_line_error
 
 __all__ = ["COMMANDS", "EXIT_USAGE", "EXIT_VIOLATION", "build_parser", "main"]
 
-COMMANDS = (audit, simulate, sweep, flower_run, keygen, ledger, attack, party)
+COMMANDS = (
+    audit,
+    simulate,
+    sweep,
+    flower_run,
+    keygen,
+    ledger,
+    attack,
+    party,
+    executor,
+)
 """The sub-command modules, in the order ``--help`` lists them."""
 
 

@@ -72,6 +72,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         secure=getattr(args, "secure", False),
         party_workers=getattr(args, "party_workers", True),
+        executor=getattr(args, "executor", True),
     )
     write_json(results, args.json)
     print(summary_line("simulate", results), file=sys.stderr if quiet else sys.stdout)

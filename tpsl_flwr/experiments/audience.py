@@ -159,6 +159,7 @@ PUBLIC_FIELDS: Fields = {
     "flower_wall_seconds": None,
     "round_trip_seconds": None,
     "party_workers": None,
+    "executor": None,
 }
 """The one allow-list of :func:`public_summary`.
 

@@ -99,6 +99,7 @@ def run_experiment(
     overwrite: bool | None = None,
     secure: bool = False,
     party_workers: bool = True,
+    executor: bool = True,
 ) -> dict[str, Any]:
     """Run the experiment ``cfg`` on ``engine``; return its results JSON.
 
@@ -137,9 +138,15 @@ def run_experiment(
         ``deployment`` only: TLS and authenticated SuperNodes (local
         certificates, loopback); ignored by the other engines.
     party_workers
-        ``deployment`` only: a long-lived party worker beside each SuperNode
-        (:mod:`~tpsl_flwr.engines.deployment.party_workers`); ``False``: every message
-        runs in full in its own ``flwr-clientapp`` process.
+        ``deployment`` with ``executor=False`` only: a long-lived party worker
+        beside each SuperNode (:mod:`~tpsl_flwr.engines.deployment.party_workers`);
+        ``False``: every message runs in full in its own ``flwr-clientapp``
+        process.
+    executor
+        ``deployment`` only: each SuperNode runs with ``--isolation process``
+        and a warm executor beside it (:mod:`~tpsl_flwr.engines.executor.warm`),
+        which keeps the ClientApp and the party loaded (default; no party
+        workers then); ``False``: Flower's process per message.
 
     Returns
     -------
@@ -199,7 +206,12 @@ def run_experiment(
 
         provide_seeded_key(cfg)  # the label party's file; the seed stays here
         return _run_on_deployment(
-            cfg, secure=secure, echo=echo, timeout=timeout, workers=party_workers
+            cfg,
+            secure=secure,
+            echo=echo,
+            timeout=timeout,
+            workers=party_workers and not executor,
+            executor=executor,
         )
     from tpsl_flwr._util.allocator import tune_allocator
 
@@ -322,6 +334,7 @@ def _run_on_deployment(
     echo: TextIO | None,
     timeout: float,
     workers: bool = True,
+    executor: bool = True,
 ) -> dict[str, Any]:
     """``flwr run`` of the app on a fresh local deployment; its results JSON."""
     from tpsl_flwr.engines.deployment.runtime import DeploymentRuntime
@@ -345,6 +358,7 @@ def _run_on_deployment(
             secure=secure,
             party_workers=workers,
             worker_run_config={**app_config(app), **run_config},
+            executor=executor,
         ) as runtime:
             # Every node of this deployment was started here, by the label
             # party: a rehearsal, for the ServerApp of this launch alone.
@@ -369,6 +383,7 @@ def _run_on_deployment(
     results: dict[str, Any] = json.loads(results_path.read_text())
     results["engine"] = "deployment"
     results["party_workers"] = workers
+    results["executor"] = executor
     results["flower_wall_seconds"] = run.wall_s
     results["round_trip_seconds"] = round_trip_seconds(results)
     write_atomic(results_path, json.dumps(results, indent=2))

@@ -21,6 +21,7 @@ checkpoint or to resume is refused.
 from __future__ import annotations
 
 import io
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,8 @@ CheckpointDir = Callable[[Context], Path | None] | str | Path | None
 STATE_KEY = "tpsl.party-state"
 BEST_KEY = "tpsl.best-state"
 """The state kept as the best epoch's (its ``version`` is the epoch)."""
+KEEP_RUNS = 4
+"""Parties a handler object keeps, one per (run, node), the latest used."""
 
 
 def partition_of(context: Context) -> tuple[int, int]:
@@ -177,7 +180,11 @@ class NonLabelHandlers:
         # A cache, not state: (run, node) -> (state version, party). Flower may
         # deliver a node's next message to another process, so context.state
         # stays the source of truth and a stale or missing entry is rebuilt.
-        self._cache: dict[tuple[int, int], tuple[int, NonLabelParty]] = {}
+        # The KEEP_RUNS runs used last are kept (a long-lived process, such as
+        # the warm executor or a party worker, serves run after run).
+        self._cache: OrderedDict[tuple[int, int], tuple[int, NonLabelParty]] = (
+            OrderedDict()
+        )
 
     def _party(self, context: Context) -> NonLabelParty:
         record = context.state.config_records.get(STATE_KEY)
@@ -185,19 +192,27 @@ class NonLabelHandlers:
         cache_key = (context.run_id, context.node_id)
         cached = self._cache.get(cache_key)
         if cached is not None and cached[0] == version and version >= 0:
+            self._cache.move_to_end(cache_key)
             return cached[1]  # never at -1: a fresh context is a new run's node
         if record is not None and "blob" not in record:
             raise ProtocolError(
-                f"this node's state (version {version}) was kept in the ClientApp "
-                "object the engine promised to reuse, and this one has "
+                f"this node's state (version {version}) was kept in the process "
+                "that served the run's earlier messages (the engine's "
+                f"{P.APP_KEEPS_STATE!r}), and this process has "
                 + ("none" if cached is None else f"version {cached[0]}")
-                + f"; the engine's {P.APP_KEEPS_STATE!r} record is wrong for it"
+                + ": it was restarted since; resume the run (resume = true)"
             )
         party = self.factory(context)
         if record is not None:
             party.load_state_dict(_state_from_record(record))
-        self._cache[cache_key] = (version, party)
+        self._keep(cache_key, version, party)
         return party
+
+    def _keep(self, key: tuple[int, int], version: int, party: NonLabelParty) -> None:
+        self._cache[key] = (version, party)
+        self._cache.move_to_end(key)
+        while len(self._cache) > KEEP_RUNS:
+            self._cache.popitem(last=False)
 
     def _save(self, party: NonLabelParty, context: Context) -> None:
         record = context.state.config_records.get(STATE_KEY)
@@ -212,7 +227,7 @@ class NonLabelHandlers:
             context.state[STATE_KEY] = ConfigRecord({"version": version})
         else:
             context.state[STATE_KEY] = _state_record(party.state_dict(), version)
-        self._cache[(context.run_id, context.node_id)] = (version, party)
+        self._keep((context.run_id, context.node_id), version, party)
 
     def _checkpoint_file(self, context: Context, asked: str) -> Path:
         """The checkpoint file the label party ``asked`` for, or a ProtocolError."""

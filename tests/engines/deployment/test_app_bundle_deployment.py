@@ -87,7 +87,7 @@ def test_a_planted_sweep_folder_never_reaches_the_supernodes(tmp_path: Path) -> 
         "out-dir": str(out_dir),
     }
     logs = tmp_path / "logs"
-    runtime = DeploymentRuntime(2, logs, startup_timeout=60, party_workers=True)
+    runtime = DeploymentRuntime(2, logs, startup_timeout=120)  # warm executors
 
     # Execute: the context ends every process it started (by PID)
     with runtime:

@@ -139,7 +139,8 @@ def test_simulate_engine_deployment_secure_wiring(tmp_path, monkeypatch, capsys)
     assert runtime.num_supernodes == 2
     assert runtime.log_dir == out.resolve() / DEPLOYMENT_LOGS
     assert runtime.options["secure"] is True
-    assert runtime.options["party_workers"] is True  # the default
+    assert runtime.options["executor"] is True  # the default: a warm executor
+    assert runtime.options["party_workers"] is False  # ... and no party workers
     # the workers build their parties for the run config the nodes will see
     assert runtime.options["worker_run_config"]["dataset"] == "breast-cancer"
     assert runtime.started and runtime.stopped
@@ -178,3 +179,21 @@ def test_simulate_without_secure_runs_plaintext(tmp_path, monkeypatch):
     # Act / Assert
     assert main(argv) == 0
     assert _StandInRuntime.instances[0].options["secure"] is False
+
+
+def test_no_executor_keeps_the_process_per_message_path(tmp_path, monkeypatch):
+    # Arrange
+    _StandInRuntime.instances.clear()
+    monkeypatch.setattr(deployment, "DeploymentRuntime", _StandInRuntime)
+    argv = ["simulate", "--engine", "deployment", "--dataset", "breast-cancer"]
+    argv += ["--epochs", "1", "--out-dir", str(tmp_path / "run"), "--no-executor"]
+
+    # Act
+    assert main(argv) == 0
+
+    # Assert: Flower's flwr-clientapp per message, with the party workers
+    options = _StandInRuntime.instances[0].options
+    assert options["executor"] is False
+    assert options["party_workers"] is True
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["executor"] is False

@@ -2,9 +2,12 @@
 
 One secure :class:`DeploymentRuntime` (TLS SuperLink with
 ``--enable-supernode-auth`` on 127.0.0.1, an nginx proxy that forwards only
-its Fleet API, 2 registered SuperNodes connected through the proxy) is shared
-by the module. A tiny ServerApp/ClientApp pair (written to a temporary app
-folder) runs on it once; a SuperNode with a key pair that was never
+its Fleet API, 2 registered SuperNodes connected through the proxy, each with
+``--isolation process`` and a warm executor) is shared by the module. A tiny
+ServerApp/ClientApp pair (written to a temporary app folder) runs on it once
+(its ClientApp is not allow-listed: the executors run it in stock
+``flwr-clientapp`` processes), and so does the repo's TPSL app, which trains
+through the executors; a SuperNode with a key pair that was never
 registered and plaintext clients (a ``--insecure`` SuperNode, the ``flwr``
 CLI with ``insecure = true``) must be refused, and so must the Control API
 (``flwr ls``, ``run``, ``log``, ``supernode register``) at the proxy's
@@ -37,13 +40,17 @@ from tpsl_flwr.engines.deployment.certificates import (
     create_supernode_key_pair,
 )
 from tpsl_flwr.engines.deployment.fleet_proxy import BYPASS_ENV
-from tpsl_flwr.engines.deployment.runtime import DeploymentRuntime
+from tpsl_flwr.engines.deployment.runtime import EXECUTOR_SECRET, DeploymentRuntime
 from tpsl_flwr.engines.flower_env import flwr_executable, free_ports, read_toml
 from tpsl_flwr.engines.processes import find_launched_processes
+from tpsl_flwr.privacy.keyed_noise import NoiseKey
+from tpsl_flwr.release.store import LabelStore
 
 pytestmark = pytest.mark.slow
 
 NUM_SUPERNODES = 2
+REPO = Path(__file__).parents[3]
+"""The repository: the project's own Flower app."""
 
 _PYPROJECT = """\
 [build-system]
@@ -263,6 +270,52 @@ def test_app_runs_over_tls_with_authenticated_supernodes(
     assert [r["partition-id"] for r in replies] == list(range(NUM_SUPERNODES))
     assert all("error" not in r for r in replies), replies
     assert sorted(r["src-node-id"] for r in replies) == sorted(secure_runtime.node_ids)
+
+
+def test_the_tpsl_app_trains_through_warm_executors_over_tls(
+    secure_runtime: DeploymentRuntime, tmp_path: Path
+) -> None:
+    # Prepare: the repo's app on breast-cancer, one train message an epoch
+    runtime = secure_runtime
+    out_dir = tmp_path / "out"
+    LabelStore(out_dir / "label-party").provide_key(NoiseKey.from_seed(0), "seed")
+    config = {
+        "dataset": "breast-cancer",
+        "rows": 0,
+        "mechanism": "laplace",
+        "epochs": 2,
+        "batch-size": 128,
+        "steps-per-message": 4,
+        "num-parties": NUM_SUPERNODES,
+        "reply-timeout": 180.0,
+        "out-dir": str(out_dir),
+    }
+
+    # Execute
+    run = runtime.run(REPO, config, timeout=400, check=False)
+
+    # Assert: it trained, each SuperNode's messages after the first served warm
+    print(f"TPSL app over TLS through the executors: {run.wall_s:.1f} s")
+    assert run.ok, f"{run.status} ({run.status_details})\n{run.output[-3000:]}"
+    results = json.loads((out_dir / "results.json").read_text())
+    assert results["test_auc"] > 0.9
+    for i in range(NUM_SUPERNODES):
+        log = runtime.executor_log(i).read_text()
+        assert "runs warm" in log, log[-2000:]
+        assert f"executor {i} train acquired" in log, log[-2000:]
+    # ... beside SuperNodes that launch nothing, on loopback Runtime APIs,
+    # each guarded by a secret only the SuperNode and its executor read
+    secret = runtime.log_dir / "executor" / EXECUTOR_SECRET
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    for pid, proc in zip(runtime.pids[1:], runtime.executors, strict=True):
+        node = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"--isolation" in node and b"process" in node, node
+        assert node[node.index(b"--host") + 1] == b"127.0.0.1"
+        port = node[node.index(b"--port") + 1].decode()
+        executor = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        address = executor[executor.index(b"--appio-api-address") + 1]
+        assert address.decode() == f"127.0.0.1:{port}"
+        assert str(secret).encode() in node and str(secret).encode() in executor
 
 
 def test_unregistered_supernode_is_refused(

@@ -6,7 +6,9 @@ of a :class:`~tpsl_flwr.engines.deployment.runtime.DeploymentRuntime` (SIGKILL, 
 clean shutdown: the SuperLink keeps listing the node until its heartbeat
 expires, up to 2 x 30 s in flwr 1.42). :func:`restart_supernode` starts it
 again with the same command line (same SuperLink, port and node config); it
-registers under a new node id. :func:`kill_server_app` kills the label party's
+registers under a new node id. :func:`kill_executor` and
+:func:`restart_executor` do the same to a SuperNode's warm executor (the
+SuperNode keeps running). :func:`kill_server_app` kills the label party's
 ``flwr-serverapp`` process of a run. Every process here carries the runtime's
 launch marker, so the runtime's ``stop`` ends restarted ones too.
 Linux only (``/proc``).
@@ -33,13 +35,16 @@ from tpsl_flwr.engines.processes import (
 
 __all__ = [
     "KilledSupernode",
+    "kill_executor",
     "kill_server_app",
     "kill_supernode",
+    "restart_executor",
     "restart_supernode",
 ]
 
 _PROC = Path("/proc")
 _READY = re.compile(r"SuperNode ID: (\d+)")
+_EXECUTOR_READY = re.compile(r"executor ready for ")
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,63 @@ def restart_supernode(
                 f"{timeout:g} s; see {log_path}"
             )
         time.sleep(0.2)
+    return proc
+
+
+def kill_executor(runtime: DeploymentRuntime, index: int) -> list[int]:
+    """SIGKILL SuperNode ``index``'s warm executor and any ``flwr-clientapp`` it ran.
+
+    Its SuperNode keeps running: a task the executor held is lost with it
+    (no reply; the label party's reply-timeout names the node), and the
+    SuperNode's next tasks wait for an executor.
+
+    Returns
+    -------
+    list[int]
+        The PIDs killed: the executor first, then its descendants.
+    """
+    proc = runtime.executors[index]
+    pids = [proc.pid, *descendants(proc.pid)]
+    _kill(pids)
+    proc.wait()
+    return pids
+
+
+def restart_executor(
+    runtime: DeploymentRuntime,
+    index: int,
+    extra: list[str] | None = None,
+    timeout: float = 60.0,
+) -> subprocess.Popen[Any]:
+    """Start SuperNode ``index``'s executor again (same command, plus ``extra``).
+
+    It replaces the runtime's handle, so the runtime's ``stop`` ends it; its
+    log is ``executor-<i>-restarted.log``. Waits until it is ready.
+
+    Raises
+    ------
+    FlowerLaunchError
+        If it exits or is not ready within ``timeout``.
+    """
+    log_path = runtime.log_dir / f"executor-{index}-restarted.log"
+    command = [*runtime.executor_commands[index], *(extra or [])]
+    with log_path.open("w", encoding="utf-8") as log_file:
+        proc = subprocess.Popen(
+            command,
+            env=runtime.env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    runtime.executors[index] = proc
+    deadline = time.monotonic() + timeout
+    while not log_contains(log_path, _EXECUTOR_READY):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise FlowerLaunchError(
+                f"restarted executor {index} was not ready within {timeout:g} s; "
+                f"see {log_path}"
+            )
+        time.sleep(0.1)
     return proc
 
 

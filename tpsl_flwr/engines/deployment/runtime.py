@@ -17,8 +17,10 @@ SuperNode registration, readiness) and the ``flwr`` CLI calls are in
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tpsl_flwr._util.private_files import make_private_dir, write_private
 from tpsl_flwr.engines.deployment import security
 from tpsl_flwr.engines.deployment.certificates import LocalCertificates
 from tpsl_flwr.engines.deployment.fleet_proxy import BYPASS_ENV, FleetProxy, find_nginx
@@ -50,6 +53,24 @@ from tpsl_flwr.wire import protocol as P
 __all__ = ["DeploymentRuntime"]
 
 _SUPERNODE_READY_RE = re.compile(r"SuperNode ID: (\d+)")
+_EXECUTOR_READY_RE = re.compile(r"executor ready for ")
+EXECUTOR_SECRET = "superexec-secret"
+"""The SuperExec secret's file in ``log_dir / "executor"`` (0700 folder, 0600)."""
+
+
+def executor_command(address: str, secret_file: Path | None) -> list[str]:
+    """The ``tpsl-flwr executor`` command line beside one SuperNode."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "tpsl_flwr.cli",
+        "executor",
+        "--appio-api-address",
+        address,
+    ]
+    if secret_file is not None:
+        cmd += ["--superexec-auth-secret-file", str(secret_file)]
+    return cmd
 
 
 @dataclass
@@ -62,9 +83,15 @@ class DeploymentRuntime:
     each party ``i``, ``flower-supernode --insecure --superlink 127.0.0.1:P
     --port Q_i --node-config "partition-id=i num-partitions=N ..."`` (``Q_i`` is
     the SuperNode's own Runtime API port and must differ per SuperNode), with
-    the default ``--isolation subprocess``: each message runs in a fresh
+    ``--isolation process`` and one warm executor beside it (``executor``,
+    :mod:`~tpsl_flwr.engines.executor.warm`: ``tpsl-flwr executor
+    --appio-api-address 127.0.0.1:Q_i``, which serves the node's tasks in one
+    long-lived process; the two share a fresh SuperExec secret, so only that
+    executor may take the node's tasks), or with ``executor=False`` the default
+    ``--isolation subprocess``: each message runs in a fresh
     ``flwr-clientapp`` process. It waits until the SuperLink answers
-    ``/health`` and every SuperNode has logged its id, and writes a connection
+    ``/health``, every SuperNode has logged its id and every executor is
+    ready, and writes a connection
     ``[superlink.<connection>]`` with ``address``/``insecure`` into
     ``$FLWR_HOME/config.toml`` for :meth:`run` (see ``secure`` for the
     proxy). On exit, even after an exception, every process it started (nginx
@@ -106,6 +133,11 @@ class DeploymentRuntime:
         ``worker_run_config`` (:mod:`~tpsl_flwr.engines.deployment.party_workers`).
     worker_run_config : Mapping[str, Any] | None
         The full run config the nodes will see (app defaults + overrides).
+    executor : bool
+        A warm executor beside each SuperNode (default); ``False``: Flower's
+        process per message.
+    executor_args : Sequence[str]
+        Extra ``tpsl-flwr executor`` options (e.g. ``--task-timeout 30``).
 
     Examples
     --------
@@ -131,7 +163,11 @@ class DeploymentRuntime:
     certificates_dir: Path | None = None
     party_workers: bool = False
     worker_run_config: Mapping[str, Any] | None = None
+    executor: bool = True
+    executor_args: Sequence[str] = ()
     workers: PartyWorkers | None = field(default=None, init=False)
+    executors: list[subprocess.Popen[Any]] = field(default_factory=list, init=False)
+    executor_commands: list[list[str]] = field(default_factory=list, init=False)
     certificates: LocalCertificates | None = field(default=None, init=False)
     node_ids: list[int] = field(default_factory=list, init=False)
     launch_id: str = field(default_factory=lambda: uuid.uuid4().hex, init=False)
@@ -245,6 +281,7 @@ class DeploymentRuntime:
             )
             self._wait(self.proxy.ready, deadline)
         logs = []
+        secret = self._executor_secret() if self.executor else None
         for i, port in enumerate(node_ports):
             node_config: dict[str, object] = {
                 P.PARTITION_ID: i,
@@ -255,25 +292,51 @@ class DeploymentRuntime:
             if self.workers is not None:
                 node_config[WORKER_SOCKET] = str(self.workers.sockets[i])
             logs.append(self.log_dir / f"supernode-{i}.log")
+            isolation = []
+            if self.executor:
+                isolation = ["--isolation", "process"]
+                isolation += ["--superexec-auth-secret-file", str(secret)]
             self._spawn(
                 [
                     "flower-supernode",
                     *self.supernode_security_args(i),
                     "--superlink",
                     self.fleet_address,
+                    "--host",
+                    "127.0.0.1",
                     "--port",
                     str(port),
+                    *isolation,
                     "--node-config",
                     kv_option(node_config),
                 ],
                 logs[-1],
             )
+            if self.executor:
+                command = executor_command(f"127.0.0.1:{port}", secret)
+                command += list(self.executor_args)
+                self.executor_commands.append(command)
+                self.executors.append(
+                    self._popen(command, self.log_dir / f"executor-{i}.log")
+                )
         # Plaintext SuperNodes start alongside the SuperLink (they retry)
         self._wait(self.superlink_healthy, deadline)
         found = security.log_contains
         self._wait(lambda: all(found(x, _SUPERNODE_READY_RE) for x in logs), deadline)
+        executor_logs = [self.executor_log(i) for i in range(len(self.executors))]
+        self._wait(
+            lambda: all(found(x, _EXECUTOR_READY_RE) for x in executor_logs), deadline
+        )
         if self.workers is not None:
             self._wait(self.workers.ready, deadline)
+
+    def executor_log(self, index: int) -> Path:
+        """The log of SuperNode ``index``'s executor."""
+        return self.log_dir / f"executor-{index}.log"
+
+    def _executor_secret(self) -> Path:
+        folder = make_private_dir(self.log_dir / "executor")
+        return write_private(folder / EXECUTOR_SECRET, os.urandom(32))
 
     def superlink_healthy(self) -> bool:
         """Whether the guarded SuperLink answers (HTTPS if ``secure``)."""
@@ -376,30 +439,34 @@ class DeploymentRuntime:
             Sorted PIDs that were signalled (empty if nothing was running).
         """
         ended = [] if self.workers is None else self.workers.stop(self.grace_s)
-        procs = list(self._procs)
+        procs = list(self._procs) + list(self.executors)
         if self.proxy is not None and self.proxy.process is not None:
             procs.append(self.proxy.process)  # nginx's workers: by parentage
             self.proxy.process = None
         ended += terminate_launched(self.launch_id, procs, self.grace_s)
         self._procs.clear()
+        self.executors.clear()
         return sorted(set(ended))
 
     # ------------------------------------------------------------- helpers
     def _spawn(self, cmd: list[str], log_path: Path) -> None:
+        self._procs.append(self._popen(cmd, log_path))
+
+    def _popen(self, cmd: list[str], log_path: Path) -> subprocess.Popen[Any]:
         with log_path.open("w", encoding="utf-8") as log_file:
-            self._procs.append(
-                subprocess.Popen(
-                    cmd,
-                    env=self.env,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
+            return subprocess.Popen(
+                cmd,
+                env=self.env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
 
     def _wait(self, ready: Callable[[], bool], deadline: float) -> None:
         while not ready():
-            for proc, name in zip(self._procs, self._names(), strict=False):
+            named = [*zip(self._procs, self._names(), strict=False)]
+            named += [(p, f"executor {i}") for i, p in enumerate(self.executors)]
+            for proc, name in named:
                 if proc.poll() is not None:
                     raise FlowerLaunchError(
                         f"{name} exited with code {proc.returncode}; "

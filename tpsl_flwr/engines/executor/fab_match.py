@@ -1,0 +1,199 @@
+"""Whether an installed app bundle (FAB) may run warm in this interpreter.
+
+A warm load runs the package this process imported, not the FAB's copy
+(Flower's ``load_app`` takes a module from ``sys.modules`` when it is there:
+``flwr/supercore/object_ref.py``). So a FAB may run warm only when (1) its
+``[tool.flwr.app.components] clientapp`` is on the executor's allow-list and
+(2) the code it ships is the code imported here: every file of the FAB under
+the app's top-level package equals, byte for byte, the imported copy, and no
+Python module of the imported package is missing from the FAB (it could be
+imported by the app and is not what the FAB ships). Anything else runs in a
+stock ``flwr-clientapp`` process, as Flower runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpsl_flwr.engines.executor.flower_seam import get_flwr_home, get_project_config
+
+__all__ = [
+    "DEFAULT_WARM_APP",
+    "WarmVerdict",
+    "code_difference",
+    "find_installed",
+    "judge_fab",
+    "package_digest",
+]
+
+DEFAULT_WARM_APP = "tpsl_flwr.simulations.client_app:app"
+"""The project's ClientApp (the FAB's ``clientapp``), warm by default."""
+APPS_DIR = "apps"
+"""Where Flower installs FABs under ``FLWR_HOME`` (``flwr/common/config.py``)."""
+_HASH_PREFIX = 8
+"""Characters of the FAB hash in an installed app's folder name."""
+
+
+@dataclass(frozen=True)
+class WarmVerdict:
+    """Whether a FAB runs warm, and why not when it does not."""
+
+    app_ref: str | None
+    """The FAB's ClientApp reference (``module:attribute``), if read."""
+    reason: str | None
+    """``None``: it runs warm; else one line saying why not."""
+
+    @property
+    def warm(self) -> bool:
+        """Whether the FAB's ClientApp may run in this process."""
+        return self.reason is None
+
+
+def find_installed(fab_hash: str, flwr_home: Path | None = None) -> Path | None:
+    """The folder Flower installed the FAB ``fab_hash`` in, if exactly one.
+
+    Flower names it ``<publisher>.<name>.<version>.<hash[:8]>`` under
+    ``$FLWR_HOME/apps`` (``flwr.common.config.get_project_dir``).
+    """
+    home = Path(get_flwr_home() if flwr_home is None else flwr_home)
+    found = sorted((home / APPS_DIR).glob(f"*.{fab_hash[:_HASH_PREFIX]}"))
+    found = [path for path in found if path.is_dir()]
+    return found[0] if len(found) == 1 else None
+
+
+def _package_root(module: str) -> Path:
+    """The folder of ``module``'s top-level package as imported here."""
+    top = importlib.import_module(module.split(".")[0])
+    if getattr(top, "__file__", None) is None:
+        raise ImportError(f"{top.__name__} has no file (a namespace package)")
+    return Path(str(top.__file__)).resolve().parent
+
+
+def _files(root: Path, suffixes: Iterable[str] | None = None) -> dict[str, Path]:
+    wanted = None if suffixes is None else tuple(suffixes)
+    return {
+        path.relative_to(root).as_posix(): path
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+        and "__pycache__" not in path.parts
+        and (wanted is None or path.name.endswith(wanted))
+    }
+
+
+def package_digest(module: str) -> dict[str, str]:
+    """SHA-256 of every file of ``module``'s top-level package, as it is now.
+
+    Taken when the executor starts (after it imported the warm apps): a bundle
+    is then compared with the code this process loaded, not with whatever the
+    folder holds later (an upgrade in place would otherwise pass).
+    """
+    return {
+        name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for name, path in _files(_package_root(module)).items()
+    }
+
+
+def code_difference(
+    app_dir: Path, module: str, imported: Mapping[str, str] | None = None
+) -> str | None:
+    """The first file where the FAB in ``app_dir`` and the imported code differ.
+
+    Parameters
+    ----------
+    app_dir
+        The installed FAB (its ``pyproject.toml`` and packages).
+    module
+        The ClientApp's module; its top-level package is compared.
+    imported
+        :func:`package_digest` of that package when this process imported it;
+        ``None``: the package's files as they are now.
+
+    Returns
+    -------
+    str | None
+        ``None`` when they agree; else one line naming the file.
+    """
+    top = module.split(".")[0]
+    try:
+        ours = package_digest(module) if imported is None else dict(imported)
+    except ImportError as err:
+        return f"{top} does not import here ({err})"
+    shipped = app_dir / top
+    if not shipped.is_dir():
+        return f"the FAB has no {top}/ package"
+    theirs = _files(shipped)
+    for name, path in theirs.items():
+        if name not in ours:
+            return f"{top}/{name} is in the FAB, not in the imported package"
+        if hashlib.sha256(path.read_bytes()).hexdigest() != ours[name]:
+            return f"{top}/{name} differs from the imported copy"
+    for name in ours:
+        if name.endswith(".py") and name not in theirs:
+            return f"{top}/{name} is imported here but not in the FAB"
+    return None
+
+
+def judge_fab(
+    app_dir: Path,
+    allowed: Iterable[str],
+    imported: Mapping[str, Mapping[str, str]] | None = None,
+) -> WarmVerdict:
+    """Whether the installed FAB in ``app_dir`` may run warm here.
+
+    Parameters
+    ----------
+    app_dir
+        An installed FAB (:func:`find_installed`).
+    allowed
+        The ClientApp references allowed warm (``--warm-app``).
+    imported
+        :func:`package_digest` of each allowed reference's package, taken at
+        start; ``None`` (or a reference missing): its files as they are now.
+
+    Returns
+    -------
+    WarmVerdict
+        Warm, or the reason it is not: the ClientApp is not allow-listed, its
+        code differs from the imported copy, or its ``pyproject.toml`` does
+        not name one.
+    """
+    try:
+        config = get_project_config(app_dir)
+        ref = str(config["tool"]["flwr"]["app"]["components"]["clientapp"])
+    except (OSError, KeyError, ValueError, TypeError) as err:
+        why = " ".join(str(err).split())  # one line
+        return WarmVerdict(None, f"no ClientApp reference in {app_dir} ({why})")
+    allowed = list(allowed)
+    if ref not in allowed:
+        return WarmVerdict(ref, f"ClientApp {ref!r} is not in --warm-app {allowed}")
+    digest = None if imported is None else imported.get(ref)
+    differs = code_difference(app_dir, ref.partition(":")[0], digest)
+    if differs is not None:
+        return WarmVerdict(ref, f"the FAB's code is not the imported code: {differs}")
+    return WarmVerdict(ref, None)
+
+
+def imported_root(ref: str) -> Path:
+    """The folder holding ``ref``'s top-level package (for Flower's ``load_app``)."""
+    return _package_root(ref.partition(":")[0]).parent
+
+
+def preload(refs: Iterable[str]) -> None:
+    """Import each allow-listed ClientApp now, before any task.
+
+    An app that imports its handlers lazily (the project's
+    ``ForwardingClientApp``, whose ``local_app()`` imports torch and the
+    party's code) has them imported too.
+    """
+    for ref in refs:
+        module, _, attribute = ref.partition(":")
+        app: object = importlib.import_module(module)
+        for name in attribute.split("."):
+            app = getattr(app, name)
+        local = getattr(app, "local_app", None)
+        if callable(local):
+            local()

@@ -1,0 +1,190 @@
+"""The Flower internals the warm executor runs on, imported in this one place.
+
+Flower 1.42 has no public API for an executor outside its own SuperExec: the
+task protocol lives in ``flwr.supernode.runtime.run_clientapp`` (what
+``flwr-clientapp`` does with one token) and ``flwr.supercore`` (the Runtime
+API client, its interceptors, the task heartbeat). The executor reuses those
+functions as they are rather than re-implementing the protocol, so every one
+it touches is listed in :data:`SEAM`; a Flower that moved one fails to import
+this module with an ``ImportError`` naming the symbol and where it was
+(:func:`missing`), and ``tests/engines/executor/test_flower_seam.py`` pins
+them, with the call signatures the executor relies on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+__all__ = [
+    "SEAM",
+    "SIGNATURES",
+    "AcquireTaskRequest",
+    "ErrorCode",
+    "HeartbeatSender",
+    "LoadClientAppError",
+    "Node",
+    "PullAppMessagesRequest",
+    "PullTaskInputRequest",
+    "RuntimeHttpClient",
+    "RuntimeTokenHttpInterceptor",
+    "RuntimeVersionHttpInterceptor",
+    "SubStatus",
+    "SuperExecAuthHttpInterceptor",
+    "TaskIdentity",
+    "TaskType",
+    "context_from_proto",
+    "context_to_proto",
+    "fab_from_proto",
+    "get_flwr_home",
+    "get_project_config",
+    "load_app",
+    "make_confirm_message_received_fn_protobuf",
+    "make_pull_object_fn_protobuf",
+    "make_simple_http_retry_invoker",
+    "make_task_heartbeat_fn_http",
+    "missing",
+    "moved_signatures",
+    "pull_and_inflate_object_from_tree",
+    "pull_task_input",
+    "push_message",
+    "push_task_output",
+    "run_from_proto",
+]
+
+SEAM: dict[str, str] = {
+    "pull_task_input": "flwr.supernode.runtime.run_clientapp",
+    "PullTaskInputRequest": "flwr.proto.runtime_pb2",
+    "PullAppMessagesRequest": "flwr.proto.runtime_pb2",
+    "Node": "flwr.proto.node_pb2",
+    "TaskIdentity": "flwr.supercore.task_identity",
+    "run_from_proto": "flwr.common.serde",
+    "fab_from_proto": "flwr.common.serde",
+    "pull_and_inflate_object_from_tree": "flwr.supercore.inflatable.inflatable_utils",
+    "make_pull_object_fn_protobuf": (
+        "flwr.supercore.inflatable.inflatable_protobuf_utils"
+    ),
+    "make_confirm_message_received_fn_protobuf": (
+        "flwr.supercore.inflatable.inflatable_protobuf_utils"
+    ),
+    "push_message": "flwr.supernode.runtime.run_clientapp",
+    "push_task_output": "flwr.supernode.runtime.run_clientapp",
+    "RuntimeHttpClient": "flwr.supercore.runtime",
+    "RuntimeTokenHttpInterceptor": "flwr.supercore.interceptors",
+    "RuntimeVersionHttpInterceptor": "flwr.supercore.interceptors",
+    "SuperExecAuthHttpInterceptor": "flwr.supercore.interceptors",
+    "make_simple_http_retry_invoker": "flwr.supercore.retry",
+    "HeartbeatSender": "flwr.supercore.heartbeat",
+    "make_task_heartbeat_fn_http": "flwr.supercore.heartbeat",
+    "AcquireTaskRequest": "flwr.proto.runtime_pb2",
+    "TaskType": "flwr.supercore.constant",
+    "ErrorCode": "flwr.common.constant",
+    "SubStatus": "flwr.common.constant",
+    "load_app": "flwr.supercore.object_ref",
+    "LoadClientAppError": "flwr.clientapp.client_app",
+    "get_flwr_home": "flwr.common.config",
+    "get_project_config": "flwr.common.config",
+    "context_to_proto": "flwr.common.serde",
+    "context_from_proto": "flwr.common.serde",
+}
+"""Each Flower symbol the executor uses, by the module it is imported from."""
+
+SIGNATURES: dict[str, tuple[str, ...]] = {
+    "pull_task_input": ("client",),
+    "push_message": ("client", "message", "context"),
+    "push_task_output": ("client", "context", "sub_status", "details"),
+    "make_task_heartbeat_fn_http": ("client",),
+    "load_app": ("module_attribute_str", "error_type", "project_dir"),
+    "pull_and_inflate_object_from_tree": (
+        "object_tree",
+        "pull_object_fn",
+        "confirm_object_received_fn",
+        "return_type",
+        "max_concurrent_pulls",
+        "max_time",
+        "max_tries_per_object",
+        "initial_backoff",
+        "backoff_cap",
+    ),
+}
+"""The parameters (in order) of each function the executor calls by position."""
+
+
+def missing() -> list[str]:
+    """``module.name`` of every :data:`SEAM` symbol the installed Flower lacks."""
+    gone = []
+    for name, module in SEAM.items():
+        try:
+            found = hasattr(importlib.import_module(module), name)
+        except ImportError:
+            found = False
+        if not found:
+            gone.append(f"{module}.{name}")
+    return gone
+
+
+def moved_signatures() -> list[str]:
+    """Each :data:`SIGNATURES` function whose parameters changed, with both lists."""
+    changed = []
+    for name, want in SIGNATURES.items():
+        try:
+            function = getattr(importlib.import_module(SEAM[name]), name)
+        except (ImportError, AttributeError):
+            continue  # reported by missing()
+        got = tuple(inspect.signature(function).parameters)
+        if got != want:
+            changed.append(f"{SEAM[name]}.{name}{want} is now {name}{got}")
+    return changed
+
+
+def _seam_error() -> ImportError:
+    import flwr
+
+    gone = ", ".join(missing()) or "none (an import inside Flower failed)"
+    return ImportError(
+        "tpsl-flwr's warm executor is built on Flower 1.42's task protocol; the "
+        f"installed flwr {flwr.__version__} lacks: {gone}"
+    )
+
+
+try:
+    from flwr.clientapp.client_app import LoadClientAppError
+    from flwr.common.config import get_flwr_home, get_project_config
+    from flwr.common.constant import ErrorCode, SubStatus
+    from flwr.common.serde import (
+        context_from_proto,
+        context_to_proto,
+        fab_from_proto,
+        run_from_proto,
+    )
+    from flwr.proto.node_pb2 import Node  # pylint: disable=E0611
+    from flwr.proto.runtime_pb2 import (  # pylint: disable=E0611
+        AcquireTaskRequest,
+        PullAppMessagesRequest,
+        PullTaskInputRequest,
+    )
+    from flwr.supercore.constant import TaskType
+    from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
+    from flwr.supercore.inflatable.inflatable_protobuf_utils import (
+        make_confirm_message_received_fn_protobuf,
+        make_pull_object_fn_protobuf,
+    )
+    from flwr.supercore.inflatable.inflatable_utils import (
+        pull_and_inflate_object_from_tree,
+    )
+    from flwr.supercore.interceptors import (
+        RuntimeTokenHttpInterceptor,
+        RuntimeVersionHttpInterceptor,
+        SuperExecAuthHttpInterceptor,
+    )
+    from flwr.supercore.object_ref import load_app
+    from flwr.supercore.retry import make_simple_http_retry_invoker
+    from flwr.supercore.runtime import RuntimeHttpClient
+    from flwr.supercore.task_identity import TaskIdentity
+    from flwr.supernode.runtime.run_clientapp import (
+        pull_task_input,
+        push_message,
+        push_task_output,
+    )
+except ImportError as _err:  # pragma: no cover - only with another Flower
+    raise _seam_error() from _err

@@ -1,0 +1,572 @@
+"""A warm ClientApp executor: one long-lived process serves a SuperNode's tasks.
+
+A SuperNode started with ``--isolation process`` launches no ClientApp; an
+executor polls its Runtime API (``AcquireTask``) and gets a token per task.
+Flower's ``flower-superexec`` then starts ``flwr-clientapp --token ...`` for
+each, which imports Flower and the app, pulls the task input, installs the
+FAB, loads the ClientApp, calls it, pushes the reply and the context, and
+exits (``flwr/supernode/runtime/run_clientapp.py``). :class:`WarmExecutor`
+does the same steps per token, with Flower's own functions
+(:mod:`~tpsl_flwr.engines.executor.flower_seam`), in ONE process that keeps
+the loaded ClientApp across tasks:
+
+- tasks are served one at a time, in the order the SuperNode hands them out;
+- each task gets Flower's task heartbeat while it runs, and ends with a reply
+  (or an error reply) and its final status (``COMPLETED``/``FAILED``) pushed
+  as ``flwr-clientapp`` pushes them; an exception of the ClientApp becomes an
+  error reply naming the node and its partition, and the executor serves the
+  next task;
+- the first task of a FAB it has not judged runs in a stock
+  ``flwr-clientapp`` process (which installs the FAB); the installed FAB is
+  then judged (:func:`~tpsl_flwr.engines.executor.fab_match.judge_fab`): an
+  allow-listed ClientApp whose code is byte for byte the code imported here
+  runs warm from the next task on, anything else keeps running in stock
+  ``flwr-clientapp`` processes (one log line says why). One FAB at most is
+  loaded warm; another FAB's tasks run stock, never in the loaded app;
+- a warm ClientApp is told that the same object serves every message
+  (``protocol.APP_KEEPS_STATE`` in the context's state): the project's
+  ClientApp then keeps the party in the app object and the context only its
+  version (:mod:`~tpsl_flwr.wire.node_side`). The SuperNode keeps that
+  context; an executor restarted mid-run has no party for it, so the run's
+  next message is refused (the stock ``flwr-clientapp`` that serves it finds
+  a version and no state) and the run stops, to be resumed from its
+  checkpoints, as with a restarted party worker;
+- a warm task that fails leaves the SuperNode's context as it was and marks
+  its run failed here: the run's later messages are refused, never run on a
+  party the failure may have half-updated;
+- a task is bounded (the task bound: ``--task-timeout``, else the run
+  config's ``reply-timeout``, else 600 s): a ClientApp still running then gets
+  an error reply in its name, and the executor starts afresh in the same
+  process (``exec``), since a Python thread cannot be stopped; a stock
+  ``flwr-clientapp`` past the bound is killed.
+
+What the executor sees is what ``flwr-clientapp`` sees (the task's message,
+context, run and FAB, through the token), no more; its address is the
+SuperNode's Runtime API, which stays on loopback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ConfigRecord, Context, Error, Message
+from flwr.clientapp import ClientApp
+
+from tpsl_flwr._util.private_files import make_private_dir, write_private
+from tpsl_flwr.engines.executor import flower_seam as F
+from tpsl_flwr.engines.executor.fab_match import (
+    DEFAULT_WARM_APP,
+    WarmVerdict,
+    find_installed,
+    imported_root,
+    judge_fab,
+    package_digest,
+)
+from tpsl_flwr.errors import ProtocolError
+from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.node_edge import node_failure
+
+__all__ = ["DEFAULT_TASK_BOUND", "ExecutorSettings", "WarmExecutor"]
+
+_LOG = logging.getLogger("tpsl_flwr.executor")
+DEFAULT_TASK_BOUND = 600.0
+"""Seconds a task may run when neither ``--task-timeout`` nor the run bounds it."""
+FIRST_POLL = 0.002
+"""Seconds before the second ``AcquireTask`` after a task or at start."""
+_AUTH_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
+"""The Runtime API methods SuperExec authentication signs (as Flower's SuperExec)."""
+_KEEP_FAILED = 64
+"""Failed runs remembered (their later messages are refused)."""
+EXIT_STUCK = 3
+"""Exit status when a stuck task ends the executor (no ``restart_argv``)."""
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    """How a :class:`WarmExecutor` reaches its SuperNode and what it loads warm.
+
+    Parameters
+    ----------
+    runtime_api_address
+        The SuperNode's Runtime API (``host:port``, loopback).
+    warm_apps
+        ClientApp references (``module:attribute``) allowed to run warm.
+    poll_interval
+        Longest wait between two ``AcquireTask`` calls when idle (seconds);
+        after a task the executor polls after :data:`FIRST_POLL` and doubles.
+    task_timeout
+        The bound of a warm task in seconds; ``None``: the run config's
+        ``reply-timeout``, else :data:`DEFAULT_TASK_BOUND`. A stock
+        ``flwr-clientapp`` process is bounded by the larger of this and
+        :data:`DEFAULT_TASK_BOUND` (its start alone takes seconds).
+    auth_secret
+        The SuperExec shared secret the SuperNode was given
+        (``--superexec-auth-secret-file``); ``None``: unauthenticated.
+    restart_argv
+        The command line to ``exec`` after a stuck task (the executor's own);
+        ``None``: exit with :data:`EXIT_STUCK` instead.
+    clientapp_command
+        The stock executable for tasks that do not run warm.
+    """
+
+    runtime_api_address: str
+    warm_apps: tuple[str, ...] = (DEFAULT_WARM_APP,)
+    poll_interval: float = 0.05
+    task_timeout: float | None = None
+    auth_secret: bytes | None = None
+    restart_argv: Sequence[str] | None = None
+    clientapp_command: str = "flwr-clientapp"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.poll_interval <= 60:
+            raise ValueError(
+                f"poll_interval must be in (0, 60] seconds, got {self.poll_interval}"
+            )
+        if self.task_timeout is not None and not self.task_timeout > 0:
+            raise ValueError(f"task_timeout must be > 0, got {self.task_timeout}")
+        if not self.warm_apps:
+            raise ValueError("warm_apps must name at least one ClientApp")
+
+
+@dataclass
+class _Answer:
+    """One task's answer: given once, by the ClientApp's return or the watchdog."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    given: bool = False
+
+    def claim(self) -> bool:
+        with self.lock:
+            if self.given:
+                return False
+            self.given = True
+            return True
+
+
+def node_name(context: Context | None, node_id: int | None = None) -> str:
+    """``node N (partition P)`` from a task's context, as the label party says it."""
+    if context is None:
+        return f"node {node_id}" if node_id is not None else "this node"
+    partition = context.node_config.get(P.PARTITION_ID)
+    suffix = "" if partition is None else f" (partition {partition})"
+    return f"node {context.node_id}{suffix}"
+
+
+def task_bound(settings: ExecutorSettings, run_config: dict[str, Any]) -> float:
+    """Seconds this task may run: ``--task-timeout``, the run's reply-timeout, 600."""
+    if settings.task_timeout is not None:
+        return settings.task_timeout
+    value = run_config.get("reply-timeout")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return DEFAULT_TASK_BOUND
+
+
+def error_reason(error: BaseException, context: Context | None) -> str:
+    """Flower's reason text for ``error`` (``<class 'X'>:<'why'>``), node named.
+
+    An error that does not already name its partition (the project's
+    ClientApp marks its own) is marked with the node config's partition.
+    """
+    if context is not None and "[tpsl partition " not in str(error):
+        config = context.node_config
+        part, parts = config.get(P.PARTITION_ID), config.get(P.NUM_PARTITIONS)
+        if isinstance(part, int) and isinstance(parts, int):
+            error = node_failure(error, part, parts)
+    return str(type(error)) + ":<'" + str(error) + "'>"
+
+
+PULL_BACKOFF = 0.005
+"""Seconds before the first retry of a message object not yet at the SuperNode."""
+PULL_BACKOFF_CAP = 0.1
+"""Longest wait between two retries of one object (Flower's own: 1 s to 10 s)."""
+
+
+def pull_input(
+    client: Any, times: list[float] | None = None
+) -> tuple[Message, Context, Any, Any]:
+    """Flower's ``pull_task_input`` with a short retry for objects still in transit.
+
+    A SuperNode creates the task before it has pulled the message's objects
+    from the SuperLink (``flwr/supernode/start_client_internal.py``,
+    ``_pull_and_store_message``). A warm executor acquires the task within
+    milliseconds, so an object may not be there yet; Flower's pull then waits
+    its ``PULL_INITIAL_BACKOFF`` of 1 s (``flwr/supercore/constant.py``)
+    before the retry. This is ``pull_task_input``
+    (``flwr/supernode/runtime/run_clientapp.py``) step by step, the same Flower
+    calls, with the first retry after :data:`PULL_BACKOFF` instead.
+    ``times`` (if given) gets ``time.time()`` after the task input (context,
+    run, bundle) and after the message's head.
+    """
+    res = client.PullTaskInput(F.PullTaskInputRequest())
+    if times is not None:
+        times.append(time.time())
+    F.TaskIdentity.task_id = res.task_id
+    F.TaskIdentity.run_id = res.run.run_id
+    F.TaskIdentity.node_id = res.context.node_id
+    context = F.context_from_proto(res.context)
+    run = F.run_from_proto(res.run)
+    fab = F.fab_from_proto(res.fab)
+    pulled = client.PullMessages(F.PullAppMessagesRequest())
+    if not pulled.messages_list:
+        raise RuntimeError("No messages received from Runtime API")
+    if times is not None:
+        times.append(time.time())
+    node = F.Node(node_id=context.node_id)
+    tree = pulled.message_object_trees[0]
+    message = F.pull_and_inflate_object_from_tree(
+        tree,
+        F.make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
+        F.make_confirm_message_received_fn_protobuf(
+            client.ConfirmMessageReceived, node, context.run_id
+        ),
+        return_type=Message,
+        initial_backoff=PULL_BACKOFF,
+        backoff_cap=PULL_BACKOFF_CAP,
+    )
+    # as Flower does: the deflated message does not hold its own id
+    message.metadata.__dict__["_message_id"] = tree.object_id
+    return message, context, run, fab
+
+
+class WarmExecutor:
+    """Serves one SuperNode's ClientApp tasks in this process (see the module).
+
+    Parameters
+    ----------
+    settings
+        Address, allow-list, poll interval, task bound, secret.
+    """
+
+    def __init__(self, settings: ExecutorSettings) -> None:
+        self.settings = settings
+        self.verdicts: dict[str, WarmVerdict] = {}
+        self.warm_hash: str | None = None
+        self.app: ClientApp | None = None
+        self.failed_runs: OrderedDict[int, str] = OrderedDict()
+        self.served = 0
+        self._unreachable = False
+        # the code this process loads warm, as it is at start (after preload)
+        self.imported: dict[str, dict[str, str]] = {}
+        for ref in settings.warm_apps:
+            try:
+                self.imported[ref] = package_digest(ref.partition(":")[0])
+            except ImportError:  # judged cold, naming the import, when it comes
+                pass
+        self._token_dir = make_private_dir(
+            Path(tempfile.mkdtemp(prefix="tpsl-executor-")), check=False
+        )
+        interceptors: list[Any] = [
+            F.RuntimeVersionHttpInterceptor(component_name="SuperExec")
+        ]
+        if settings.auth_secret:
+            interceptors.append(
+                F.SuperExecAuthHttpInterceptor(
+                    master_secret=settings.auth_secret,
+                    protected_methods=_AUTH_METHODS,
+                )
+            )
+        self._acquirer = F.RuntimeHttpClient.from_server_address(
+            server_address=settings.runtime_api_address,
+            insecure=True,
+            root_certificates=None,
+            interceptors=interceptors,
+            retry_invoker=F.make_simple_http_retry_invoker(),
+        )
+
+    # ------------------------------------------------------------ the loop
+    def run_forever(self, stop: threading.Event | None = None) -> None:
+        """Acquire and serve tasks until ``stop`` is set (or forever)."""
+        wait = FIRST_POLL
+        while stop is None or not stop.is_set():
+            if self.serve_next():
+                wait = FIRST_POLL
+                continue
+            time.sleep(wait)
+            wait = min(2 * wait, self.settings.poll_interval)
+
+    def serve_next(self) -> bool:
+        """Acquire one task and serve it; whether there was one."""
+        try:
+            res = self._acquirer.AcquireTask(
+                F.AcquireTaskRequest(supported_task_types=[F.TaskType.CLIENT_APP])
+            )
+        except Exception as error:  # the SuperNode restarting: poll on
+            if not self._unreachable:
+                _LOG.warning(
+                    "executor: the SuperNode's Runtime API at %s does not answer "
+                    "(%s); polling on",
+                    self.settings.runtime_api_address,
+                    error,
+                )
+            self._unreachable = True
+            return False
+        self._unreachable = False
+        if not (res.HasField("task") and res.token):
+            return False
+        task = res.task
+        acquired = time.time()
+        if self.warm_for(task.fab_hash):
+            self._serve_warm(res.token, task, acquired)
+        else:
+            self._serve_stock(res.token, task)
+        self.served += 1
+        return True
+
+    def close(self) -> None:
+        """Close the Runtime API client and remove the token folder."""
+        self._acquirer.close()
+        for path in self._token_dir.glob("*"):
+            path.unlink(missing_ok=True)
+        self._token_dir.rmdir()
+
+    # ------------------------------------------------------------- routing
+    def warm_for(self, fab_hash: str) -> bool:
+        """Whether a task of the FAB ``fab_hash`` runs warm here."""
+        verdict = self.verdicts.get(fab_hash)
+        if verdict is None or not verdict.warm:
+            return False
+        if self.warm_hash is None:
+            self.warm_hash = fab_hash
+        return self.warm_hash == fab_hash
+
+    def judge(self, fab_hash: str) -> WarmVerdict:
+        """Judge the installed FAB ``fab_hash`` once; log the verdict in one line."""
+        if fab_hash in self.verdicts:
+            return self.verdicts[fab_hash]
+        folder = find_installed(fab_hash)
+        if folder is None:
+            return WarmVerdict(None, "not installed yet")  # judged after a task
+        verdict = judge_fab(folder, self.settings.warm_apps, self.imported)
+        if verdict.warm and self.warm_hash not in (None, fab_hash):
+            verdict = WarmVerdict(
+                verdict.app_ref,
+                f"FAB {self.warm_hash[:8]} is loaded warm already; another FAB "
+                "never shares its process",
+            )
+        self.verdicts[fab_hash] = verdict
+        if verdict.warm:
+            _LOG.info("executor: FAB %s (%s) runs warm", fab_hash[:8], verdict.app_ref)
+        else:
+            _LOG.warning(
+                "executor: FAB %s runs in flwr-clientapp processes: %s",
+                fab_hash[:8],
+                verdict.reason,
+            )
+        return verdict
+
+    def _load(self, ref: str) -> ClientApp:
+        if self.app is None:
+            app = F.load_app(ref, F.LoadClientAppError, imported_root(ref))
+            if not isinstance(app, ClientApp):
+                raise F.LoadClientAppError(f"{ref} is not a ClientApp")
+            self.app = app
+        return self.app
+
+    # ---------------------------------------------------------- stock path
+    def _serve_stock(self, token: str, task: Any) -> None:
+        """Run the task in a stock ``flwr-clientapp`` process; wait for it."""
+        token_file = write_private(
+            self._token_dir / f"task-{task.task_id}", token.encode("ascii")
+        )
+        cmd = [
+            self.settings.clientapp_command,
+            "--runtime-api-address",
+            self.settings.runtime_api_address,
+            "--token-file",
+            str(token_file),
+            "--insecure",
+            "--parent-pid",
+            str(os.getpid()),
+        ]
+        # a fresh process alone takes seconds: never bounded below the default
+        bound = max(self.settings.task_timeout or 0.0, DEFAULT_TASK_BOUND)
+        started = time.time()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        try:
+            proc.wait(timeout=bound)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            _LOG.error(
+                "executor: task %d (run %d) ran past the task bound of %g s in "
+                "flwr-clientapp; killed",
+                task.task_id,
+                task.run_id,
+                bound,
+            )
+            self._finish(token, None, F.SubStatus.FAILED, "task bound exceeded")
+        finally:
+            token_file.unlink(missing_ok=True)
+        _LOG.info(
+            "executor task %d run %d stock exit %s in %.2f s",
+            task.task_id,
+            task.run_id,
+            proc.returncode,
+            time.time() - started,
+        )
+        self.judge(task.fab_hash)
+
+    def _finish(
+        self, token: str, context: Context | None, sub_status: str, details: str
+    ) -> None:
+        client = self._task_client(token)
+        try:
+            F.push_task_output(client, context, sub_status, details)
+        finally:
+            client.close()
+
+    def _task_client(self, token: str) -> Any:
+        return F.RuntimeHttpClient.from_server_address(
+            server_address=self.settings.runtime_api_address,
+            insecure=True,
+            root_certificates=None,
+            interceptors=[
+                F.RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
+                F.RuntimeTokenHttpInterceptor(token),
+            ],
+            retry_invoker=F.make_simple_http_retry_invoker(),
+        )
+
+    # ----------------------------------------------------------- warm path
+    def _serve_warm(self, token: str, task: Any, acquired: float) -> None:
+        """``run_clientapp``'s steps for one token, in this process."""
+        client = self._task_client(token)
+        heartbeat = F.HeartbeatSender(F.make_task_heartbeat_fn_http(client))
+        heartbeat.start()
+        answer = _Answer()
+        message: Message | None = None
+        context: Context | None = None
+        before: Any = None
+        reply: Message | None = None
+        sub_status, details = F.SubStatus.FAILED, "ClientApp task failed"
+        watchdog: threading.Timer | None = None
+        called = answered = pulled = 0.0
+        steps: list[float] = []
+        try:
+            message, context, run, fab = pull_input(client, steps)
+            pulled = time.time()
+            before = F.context_to_proto(context)
+            if fab.hash_str != self.warm_hash or run.fab_hash != self.warm_hash:
+                raise ProtocolError(
+                    f"task {task.task_id} brought FAB {fab.hash_str[:8]}, not the "
+                    f"FAB {str(self.warm_hash)[:8]} loaded warm"
+                )
+            refused = self.failed_runs.get(context.run_id)
+            if refused is not None:
+                raise ProtocolError(
+                    f"an earlier message of run {context.run_id} failed here "
+                    f"({refused}); resume the run (resume = true)"
+                )
+            app = self._load(self.verdicts[fab.hash_str].app_ref or "")
+            context.state[P.APP_KEEPS_STATE] = ConfigRecord({"same-object": True})
+            bound = task_bound(self.settings, dict(context.run_config))
+            watchdog = threading.Timer(
+                bound, self._stuck, (answer, client, message, before, bound)
+            )
+            watchdog.daemon = True
+            watchdog.start()
+            called = time.time()
+            reply = app(message=message, context=context)
+            answered = time.time()
+            sub_status, details = F.SubStatus.COMPLETED, ""
+        except Exception as error:  # a ClientApp's error is a reply, as Flower's
+            code = F.ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+            if isinstance(error, F.LoadClientAppError):
+                code = F.ErrorCode.LOAD_CLIENT_APP_EXCEPTION
+            reason = error_reason(error, context)
+            _LOG.error(
+                "executor: %s, task %d: %s",
+                node_name(context),
+                task.task_id,
+                reason,
+                exc_info=not isinstance(error, ProtocolError),
+            )
+            sub_status, details = F.SubStatus.FAILED, reason
+            if context is not None:
+                self._mark_failed(context.run_id, reason)
+            if before is not None:
+                context = F.context_from_proto(before)  # the state as it was
+            if message is not None:
+                reply = Message(Error(code=code, reason=reason), reply_to=message)
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+            if answer.claim():
+                try:
+                    if reply is not None and context is not None:
+                        F.push_message(client, reply, context)
+                except Exception:  # pylint: disable=broad-except
+                    _LOG.exception("executor: failed to push the reply")
+                    sub_status, details = F.SubStatus.FAILED, "reply push failed"
+                F.push_task_output(client, context, sub_status, details)
+            heartbeat.stop()
+            client.close()
+        if message is not None:
+            _LOG.info(
+                "executor %s %s acquired %.4f pulled %.4f called %.4f answered %.4f "
+                "pushed %.4f (input %.4f head %.4f)",
+                (context.node_config.get(P.PARTITION_ID, "-") if context else "-"),
+                message.metadata.message_type,
+                acquired,
+                pulled,
+                called,
+                answered,
+                time.time(),
+                *[*steps, 0.0, 0.0][:2],
+            )
+
+    def _mark_failed(self, run_id: int, reason: str) -> None:
+        self.failed_runs[run_id] = reason
+        while len(self.failed_runs) > _KEEP_FAILED:
+            self.failed_runs.popitem(last=False)
+
+    def _stuck(
+        self,
+        answer: _Answer,
+        client: Any,
+        message: Message,
+        before: Any,
+        bound: float,
+    ) -> None:
+        """The watchdog: answer a task past its bound, then start afresh."""
+        if not answer.claim():
+            return
+        context = F.context_from_proto(before)
+        error = ProtocolError(
+            f"the ClientApp did not return within {bound:g} s (the executor's task "
+            "bound); the executor restarts, so resume the run (resume = true)"
+        )
+        reason = error_reason(error, context)
+        _LOG.error("executor: %s: %s", node_name(context), reason)
+        try:
+            reply = Message(
+                Error(code=F.ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason),
+                reply_to=message,
+            )
+            F.push_message(client, reply, context)
+            F.push_task_output(client, context, F.SubStatus.FAILED, reason)
+        finally:
+            restart(self.settings.restart_argv)
+
+
+def restart(argv: Sequence[str] | None, exit_: Callable[[int], Any] = os._exit) -> None:
+    """Replace this process with ``argv`` (same PID), or exit :data:`EXIT_STUCK`."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if argv:
+        os.execv(argv[0], list(argv))
+    exit_(EXIT_STUCK)
