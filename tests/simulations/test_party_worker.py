@@ -242,7 +242,7 @@ def test_after_a_failed_message_a_worker_refuses_the_run_s_next_one():
     # Act: a malformed message fails; then a good one
     with pytest.raises(Exception, match="add up to 7"):
         worker.handle(_message(bad, "train"), context)
-    with pytest.raises(Exception, match="kept in the ClientApp object") as refused:
+    with pytest.raises(Exception, match="kept in the process that served") as refused:
         worker.handle(_message(step, "train"), context)
 
     # Assert: the context kept the last good version; no fresh or half-updated party

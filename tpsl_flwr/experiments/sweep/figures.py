@@ -41,7 +41,6 @@ import json
 import math
 import textwrap
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,7 @@ import numpy as np
 
 from tpsl_flwr._util.private_files import write_private
 from tpsl_flwr.experiments.audience import keep_private, private_folder
+from tpsl_flwr.experiments.sweep.figure_data import Point, Recorder
 from tpsl_flwr.experiments.sweep.guarantee import (
     APPROX_DP,
     NO_DP,
@@ -81,23 +81,9 @@ FIGURES = ("fig5_utility_vs_epsilon", "fig5_utility_vs_sda", "attacks_vs_epsilon
 """The figures' names (each written as ``.png``, ``.pdf`` and ``.json``)."""
 ATTACKS = (("norm", "NA", "C4"), ("spectral", "SA", "C5"), ("sda", "SDA", "C3"))
 """The attacks of ``attacks_vs_epsilon``: row key, short name, colour."""
-OFFSETS = ((5, 5), (5, -11), (-30, 5), (-30, -11))
 """Where a series' point labels go, in points from the point."""
 SIGMA = "\u03c3"
 SYMBOLS = {"epsilon": "ε", "sigma": SIGMA, "marvell_power": "P"}
-
-
-@dataclass(frozen=True)
-class Point:
-    """One drawn point: where, its error bars, its label and what the bars are."""
-
-    label: str
-    x: float
-    xerr: float
-    y: float
-    yerr: float
-    runs: int
-    spread: str  # SEEDS, OWN_SE, or "" (one run that reports no SE)
 
 
 def _label(param: str, level: float, mechanism: str) -> str:
@@ -141,94 +127,6 @@ def _ceiling(rows: Sequence[Row]) -> float:
     return auc_bound(float(eps.mean())) if eps.size else math.nan
 
 
-class _Recorder:
-    """Draws on matplotlib axes and keeps, per panel, the numbers it drew."""
-
-    def __init__(self) -> None:
-        self.panels: list[dict[str, Any]] = []
-
-    def panel(self, title: str, x_label: str, y_label: str) -> dict[str, Any]:
-        found: dict[str, Any] = {
-            "title": title,
-            "x_label": x_label,
-            "y_label": y_label,
-            "series": [],
-        }
-        self.panels.append(found)
-        return found
-
-    @staticmethod
-    def points(
-        ax: Any,
-        panel: dict[str, Any],
-        name: str,
-        points: Sequence[Point],
-        labelled: bool = True,
-        offset: tuple[int, int] | None = None,
-        **style: Any,
-    ) -> None:
-        """A series with x and y error bars, each point annotated with its label.
-
-        ``offset``: where the labels go, in points (default: by the series'
-        place in the panel, so that series put theirs apart).
-        """
-        points = [p for p in points if math.isfinite(p.x) and math.isfinite(p.y)]
-        if not points:
-            return
-        x, y = [p.x for p in points], [p.y for p in points]
-        xerr = [0.0 if math.isnan(p.xerr) else p.xerr for p in points]
-        yerr = [0.0 if math.isnan(p.yerr) else p.yerr for p in points]
-        ax.errorbar(x, y, xerr=xerr, yerr=yerr, capsize=3, label=name, **style)
-        # Series of one panel put their labels at different offsets.
-        if offset is None:
-            offset = OFFSETS[len(panel["series"]) % len(OFFSETS)]
-        if labelled:
-            for p in points:
-                ax.annotate(
-                    p.label,
-                    (p.x, p.y),
-                    textcoords="offset points",
-                    xytext=offset,
-                    fontsize=7,
-                    color=style.get("color", "k"),
-                )
-        panel["series"].append(
-            {"name": name, "kind": "points", "points": [_recorded(p) for p in points]}
-        )
-
-    @staticmethod
-    def line(
-        ax: Any,
-        panel: dict[str, Any],
-        name: str,
-        xy: tuple[Sequence[float], Sequence[float]],
-        **style: Any,
-    ) -> None:
-        """A ceiling: a line without error bars."""
-        x, y = (list(map(float, v)) for v in xy)
-        ax.plot(x, y, label=name, gid="ceiling", **style)
-        panel["series"].append({"name": name, "kind": "ceiling", "x": x, "y": y})
-
-    @staticmethod
-    def level(
-        ax: Any, panel: dict[str, Any], name: str, y: float, err: float, **style: Any
-    ) -> None:
-        """A reference level (no protection): a horizontal line, its band."""
-        err = 0.0 if math.isnan(err) else err
-        ax.axhline(y, label=name, gid="baseline", **style)
-        if err > 0:
-            ax.axhspan(y - err, y + err, color=style.get("color", "k"), alpha=0.08)
-        panel["series"].append({"name": name, "kind": "baseline", "y": y, "err": err})
-
-
-def _recorded(point: Point) -> dict[str, Any]:
-    """A point for the JSON sidecar (a missing error bar as None)."""
-    return {
-        k: None if isinstance(v, float) and math.isnan(v) else v
-        for k, v in asdict(point).items()
-    }
-
-
 def _level_points(
     runs: Sequence[Row], param: str, x_key: str | None, y_key: str
 ) -> list[Point]:
@@ -261,7 +159,7 @@ def _line(index: int) -> str:
 
 
 def _utility_vs_epsilon(
-    ax: Any, rec: _Recorder, title: str, group: Sequence[Row]
+    ax: Any, rec: Recorder, title: str, group: Sequence[Row]
 ) -> list[str]:
     """One panel of utility vs epsilon; returns the mechanisms left out."""
     utility = utility_key(group)
@@ -296,7 +194,7 @@ def _utility_vs_epsilon(
     return list(dict.fromkeys(left_out))
 
 
-def _utility_vs_sda(ax: Any, rec: _Recorder, title: str, group: Sequence[Row]) -> None:
+def _utility_vs_sda(ax: Any, rec: Recorder, title: str, group: Sequence[Row]) -> None:
     """One panel of utility vs SDA, with each eps-DP mechanism's ceiling curve."""
     utility, sda = utility_key(group), sda_key(group)
     x_label = "SDA attack AUC" if sda == "sda" else "SDA attack top-1"
@@ -364,7 +262,7 @@ def _attack_panels(group: Sequence[Row]) -> list[tuple[str | None, str, str, lis
 
 def _attacks_panel(
     ax: Any,
-    rec: _Recorder,
+    rec: Recorder,
     title: str,
     part: tuple[str | None, str, str, list],
     plain: Sequence[Row],
@@ -422,7 +320,7 @@ def _attacks_panel(
     ax.set_ylim(top=1.02)
 
 
-def _caption(rec: _Recorder, rows: Sequence[Row], extra: Sequence[str]) -> str:
+def _caption(rec: Recorder, rows: Sequence[Row], extra: Sequence[str]) -> str:
     """What the error bars are, at which epoch the values are, and notes."""
     spreads: dict[str, list[int]] = {SEEDS: [], OWN_SE: [], "": []}
     for panel in rec.panels:
@@ -472,7 +370,7 @@ def build_figures(rows: Sequence[Row]) -> dict[str, tuple[Any, dict[str, Any]]]:
     out: dict[str, tuple[Any, dict[str, Any]]] = {}
 
     fig, axes = panels(plt, len(groups), (5.5, 4.5), layout="constrained")
-    rec, left_out = _Recorder(), []
+    rec, left_out = Recorder(), []
     for ax, (name, group) in zip(axes, groups.items(), strict=False):
         left_out += _utility_vs_epsilon(ax, rec, name, group)
         _finish(ax, name, "epsilon (log scale)", UTILITY_LABEL[utility_key(group)])
@@ -485,7 +383,7 @@ def build_figures(rows: Sequence[Row]) -> dict[str, tuple[Any, dict[str, Any]]]:
     out[FIGURES[0]] = _done(fig, rec, rows, "Utility vs ε", notes)
 
     fig, axes = panels(plt, len(groups), (5.5, 4.5), layout="constrained")
-    rec = _Recorder()
+    rec = Recorder()
     for ax, (name, group) in zip(axes, groups.items(), strict=False):
         _utility_vs_sda(ax, rec, name, group)
         sda = "SDA attack AUC" if sda_key(group) == "sda" else "SDA attack top-1"
@@ -519,7 +417,7 @@ def build_figures(rows: Sequence[Row]) -> dict[str, tuple[Any, dict[str, Any]]]:
         for part in _attack_panels(group)
     ]
     fig, axes = panels(plt, len(parts), (5, 4), layout="constrained")
-    rec = _Recorder()
+    rec = Recorder()
     for ax, (name, part, plain) in zip(axes, parts, strict=False):
         _attacks_panel(ax, rec, name, part, plain)
         panel = rec.panels[-1]
@@ -542,7 +440,7 @@ def _finish(ax: Any, title: str, x_label: str, y_label: str) -> None:
 
 
 def _done(
-    fig: Any, rec: _Recorder, rows: Sequence[Row], title: str, notes: list[str]
+    fig: Any, rec: Recorder, rows: Sequence[Row], title: str, notes: list[str]
 ) -> tuple[Any, dict[str, Any]]:
     """Title, one legend beside the panels and the caption under them."""
     caption = _caption(rec, rows, notes)
