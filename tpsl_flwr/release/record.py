@@ -175,7 +175,8 @@ def _check_prior_key(
             "from the same keyed words, and the two releases together have no "
             "finite epsilon (the ledger would count one). Nothing is sent: "
             "start it with a fresh key from the OS (no noise-seed), as a "
-            "further release (--new-release)"
+            "further release (--new-release). (A run already counted as a "
+            "release need not be recorded again.)"
         )
 
 
