@@ -127,6 +127,7 @@ def test_every_binary_attack_has_a_standard_error_and_multiclass_top1_too():
         "spectral",
         "sda",
         "sda_pooled",
+        "sda_residual",
     }
     assert set(binary["direction"]) == set(binary["standard_error"])
     assert "ceiling_verdict" not in binary  # no ceiling given

@@ -11,9 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr._util import private_files
+from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_inprocess_experiment
 from tpsl_flwr.testing import write_criteo
@@ -130,3 +132,71 @@ def test_every_view_loads_from_a_read_only_data_mount(
     assert label_rows == party_rows == table_rows > 0
     assert sorted(p.name for p in folder.iterdir()) == ["train.txt"]
     assert any(cache.rglob("*.npy"))
+
+
+def _plant(data_folder: Path, tmp_path: Path, mode: int) -> tuple[Path, Path]:
+    """A cache-dir holding a label-side entry planted with every label flipped.
+
+    Anyone who can stat the data file can name its cache entry (the key is a
+    hash of its path, size, modification time and the encoding's settings);
+    here the planted entry is this user's own load, copied and edited.
+    """
+    own = tmp_path / "own"
+    _config(data_folder, tmp_path, cache_dir=str(own)).load_labels()
+    (entry,) = [p for p in own.iterdir() if (p / "labels.npy").exists()]
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    planted = shared / entry.name
+    shutil.copytree(entry, planted)
+    labels = np.load(planted / "labels.npy")
+    np.save(planted / "labels.npy", (1 - labels).astype(labels.dtype))
+    for item in planted.iterdir():
+        item.chmod(mode & 0o666)
+    planted.chmod(mode)
+    return shared, planted
+
+
+def test_a_label_entry_others_may_write_is_refused_not_trusted(
+    data_folder: Path, tmp_path: Path
+) -> None:
+    # Arrange: an entry in a shared cache-dir that group and others may write
+    shared, planted = _plant(data_folder, tmp_path, 0o777)
+    cfg = _config(data_folder, tmp_path, cache_dir=str(shared))
+
+    # Execute / Assert: the label party refuses it rather than train on it
+    with pytest.raises(PrivacyError, match=str(planted)):
+        cfg.load_labels()
+
+
+def test_a_label_entry_another_user_owns_is_refused_not_trusted(
+    data_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Arrange: a private-looking entry whose owner is not this user
+    shared, planted = _plant(data_folder, tmp_path, 0o700)
+    owner = planted.stat().st_uid
+    monkeypatch.setattr(private_files.os, "getuid", lambda: owner + 1)
+    cfg = _config(data_folder, tmp_path, cache_dir=str(shared))
+
+    # Execute / Assert
+    with pytest.raises(PrivacyError, match=f"owned by uid {owner}"):
+        cfg.load_labels()
+
+
+def test_a_node_entry_others_may_write_is_refused_too(
+    data_folder: Path, tmp_path: Path
+) -> None:
+    # Arrange: this user's own node-side entry, then opened up to everyone
+    cache = tmp_path / "cache"
+    cfg = _config(data_folder, tmp_path, cache_dir=str(cache))
+    cfg.load_party(0)
+    (entry,) = list(cache.iterdir())
+    entry.chmod(0o777)
+
+    # Execute / Assert: a second process (a fresh view cache) refuses it
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD_EVERY_VIEW, cfg.data_path, str(cache), "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and str(entry) in done.stderr

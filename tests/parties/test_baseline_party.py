@@ -172,3 +172,39 @@ def test_rr_prior_resumed_before_any_checkpoint_never_draws():
     )
     laplace.mark_resumed()
     assert laplace.train_step(np.arange(BATCH), _embeddings(0)).shape == (BATCH, WIDTH)
+
+
+def test_a_resumed_run_never_reuses_the_interrupted_runs_gradient_noise():
+    # Prepare: a Marvell run checkpoints after step 0, then sends step 1 and
+    # stops (a node can make it stop). The node replays step 1 of the
+    # resumed run with embeddings of its choosing: under the same keyed
+    # normals the noise all but cancels in the difference of the two
+    # transcripts, leaving the clean gradients' difference, from which a
+    # white-box attacker reads every label (100% before the fix).
+    ids0, ids1 = np.arange(BATCH), np.arange(BATCH, 2 * BATCH)
+    first = _party("marvell")
+    first.train_step(ids0, _embeddings(0))
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    emb = _embeddings(1)
+    chosen = emb + 3.0 * _embeddings(2)
+    before = copy.deepcopy(first.top)
+    sent = first.train_step(ids1, emb).double().numpy()
+    resumed = _party("marvell")
+    buffer.seek(0)
+    resumed.load_state_dict(torch.load(buffer, weights_only=True))
+    after = copy.deepcopy(resumed.top)
+    again = resumed.train_step(ids1, chosen).double().numpy()
+    # Execute: the label coordinate of the difference, in the plane of the
+    # candidates' differences (per-sample candidates over the batch mean).
+    step = (
+        candidate_gradients(before, emb).double().numpy()
+        - candidate_gradients(after, chosen).double().numpy()
+    ) / BATCH
+    axis = step[:, 1] - step[:, 0]
+    t = np.einsum("nd,nd->n", sent - again - step[:, 0], axis)
+    t = t / np.einsum("nd,nd->n", axis, axis)
+    read = np.mean((t > 0.5) == (LABELS[ids1] == 1))
+    # Assert: the resumed run drew other noise; the difference is no clean
+    # reading (tolerance: 0.9, against 1.0 under reused words).
+    assert read < 0.9

@@ -9,8 +9,9 @@ computed separately (:mod:`tpsl_flwr.attacks.metrics`).
 Gradient attacks (what label DP bounds): :func:`norm_scores`,
 :func:`cosine_scores`, :func:`spectral_scores`, :func:`sda_scores` /
 :func:`sda_predictions` (white-box, on each sample's :func:`label_coordinates`,
-the statistic :func:`sda_statistic` picks for a mechanism), all run on an
-epoch by :func:`attack_report`.
+the statistic :func:`sda_statistic` picks for a mechanism),
+:func:`sda_residual_scores` (white-box, the energy outside each sample's
+label plane), all run on an epoch by :func:`attack_report`.
 Population-level attacks (what label DP does not bound, see
 :mod:`tpsl_flwr.attacks.population`): :func:`model_completion_scores`,
 :func:`clustering_scores`.
@@ -35,6 +36,7 @@ from tpsl_flwr.attacks.report import BatchRecord, attack_report
 from tpsl_flwr.attacks.sda import (
     label_coordinates,
     sda_predictions,
+    sda_residual_scores,
     sda_scores,
     sda_statistic,
 )
@@ -57,6 +59,7 @@ __all__ = [
     "per_sample_gradients",
     "pooled_auc",
     "sda_predictions",
+    "sda_residual_scores",
     "sda_scores",
     "sda_statistic",
     "spectral_direction",

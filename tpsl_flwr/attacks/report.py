@@ -33,7 +33,11 @@ Decisions, stated once:
   sample's own scale (``sda_statistic="distance"`` for isotropic gradient
   noise, the Gaussian baseline at the cut layer); the pooled squared-distance
   score, which weighs samples by their gradient scale, is reported beside it
-  as ``sda_pooled``;
+  as ``sda_pooled``, and the energy a received gradient holds outside the
+  plane of its own ``g_1 - g_0`` and its batch's top direction as
+  ``sda_residual`` (:func:`~tpsl_flwr.attacks.sda.sda_residual_scores`: the
+  likelihood ratio is not the coordinate where the noise's shape depends on
+  the label, as Marvell's does);
 * multi-class (``k > 2``): the norm, cosine and spectral attacks are binary
   and are omitted from the report; SDA's top-1 accuracy is reported under
   ``sda_top1``;
@@ -81,6 +85,7 @@ from tpsl_flwr.attacks.norm import norm_scores
 from tpsl_flwr.attacks.sda import (
     SDA_STATISTICS,
     sda_predictions,
+    sda_residual_scores,
     sda_scores,
 )
 from tpsl_flwr.attacks.signals import per_sample_gradients
@@ -88,7 +93,7 @@ from tpsl_flwr.attacks.spectral import spectral_direction, spectral_scores
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.empirical import epsilon_lower_bound
 
-BINARY_ATTACKS = ("norm", "cosine", "spectral", "sda", "sda_pooled")
+BINARY_ATTACKS = ("norm", "cosine", "spectral", "sda", "sda_pooled", "sda_residual")
 """Keys of a binary report (pooled AUC) and of its ``per_batch`` entry."""
 AS_SCORED = "as scored"
 INVERTED = "inverted"
@@ -268,13 +273,20 @@ def _binary_report(
     record("spectral", pooled_spectral, spectral_batches)
 
     if epoch.candidates is None:
-        for name in ("sda", "sda_pooled"):
+        for name in ("sda", "sda_pooled", "sda_residual"):
             pooled[name] = errors[name] = None
     else:
         sda = sda_scores(epoch.gradients, epoch.candidates, statistic=sda_statistic)
         record("sda", sda, epoch.split(sda))
         distance = sda_scores(epoch.gradients, epoch.candidates, statistic="distance")
         record("sda_pooled", distance, epoch.split(distance))
+        residual = [
+            sda_residual_scores(g, c)
+            for g, c in zip(
+                epoch.split(epoch.gradients), epoch.split(epoch.candidates), strict=True
+            )
+        ]
+        record("sda_residual", np.concatenate(residual), residual)
     verdict = {"ceiling_verdict": verdicts} if auc_bound is not None else {}
     return {
         **pooled,
@@ -394,8 +406,9 @@ def attack_report(
     dict
         Always ``classes``, ``samples``, ``batches`` and ``per_batch``.
         Binary: the pooled AUCs ``norm``, ``cosine``, ``spectral``, ``sda``
-        and ``sda_pooled`` (the squared-distance score; both ``None``
-        without candidates; NaN where the epoch holds one class), each
+        ``sda_pooled`` (the squared-distance score) and ``sda_residual``
+        (energy outside the label plane; all three ``None`` without
+        candidates; NaN where the epoch holds one class), each
         ``max(AUC, 1 - AUC)`` with ``direction[name]``: ``"inverted"`` where
         the scores were negated to get it, else ``"as scored"``,
         ``cosine_positive_id`` (the known positive's sample id, ``None`` if

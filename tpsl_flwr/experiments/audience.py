@@ -180,10 +180,19 @@ PUBLIC_RUN_COLUMNS = (
     "mechanism",
     "epsilon",
     "sigma",
+    "marvell_power",
     "denoise",
     "seed",
     "rows",
     "train_samples",
+    # What the mechanism guarantees, from its settings alone: an empty
+    # epsilon reads "no DP guarantee" (Marvell, max-norm) or "(eps, delta)-DP"
+    # (Gaussian), never the one for the other.
+    "parameter",
+    "level",
+    "epsilon_at_delta",
+    "delta",
+    "guarantee",
     "epsilon_spent",
     "epsilon_total",
     "epsilon_total_now",
@@ -194,7 +203,9 @@ PUBLIC_RUN_COLUMNS = (
     "samples_per_second",
 )
 """The columns of a sweep's ``runs-public.csv``: its ``runs.csv`` without the
-test metrics and attack AUCs (computed on the clean labels)."""
+test metrics and attack AUCs (computed on the clean labels). The guarantee
+columns are functions of the settings alone (``summary-public.json`` states
+the same in ``privacy``)."""
 
 
 def key_origin(results: Mapping[str, Any]) -> str | None:

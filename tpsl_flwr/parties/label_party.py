@@ -9,6 +9,7 @@ leaves it (Yang et al., Algorithm 3 and Section 4.2).
 from __future__ import annotations
 
 import copy
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -179,6 +180,9 @@ class LabelParty:
         self._drawn: dict[int, np.ndarray] = {}
         self._prior_models: dict[int, nn.Module] = {}
         self._resumed = False
+        # Gradient-noise mechanisms: the key of their per-step normals (a
+        # fresh one whenever the run continues an interrupted one).
+        self._gradient_key = key
 
     @property
     def num_outputs(self) -> int:
@@ -272,6 +276,13 @@ class LabelParty:
         The top model trains on the exact labels and the dispatched gradient is
         the mechanism's noisy version of the clean per-sample cut-layer
         gradients (Li et al. 2022), scaled back to the mean loss.
+
+        The normals of step ``s`` are keyed by (key, id, ``s``). A resumed run
+        starts again from its checkpoint's step count, and the interrupted run
+        may already have sent the steps after it: replayed under the same
+        words with other clean gradients (the nodes choose the embeddings),
+        the noise would cancel in the difference of the two transcripts. So a
+        resumed run draws them under a fresh key (:meth:`mark_resumed`).
         """
         labels = self.labels[ids].astype(np.int64)
         clean = NoisyLabels(one_hot(labels, self.mechanism.num_classes))
@@ -282,7 +293,7 @@ class LabelParty:
             cut_grad.double().numpy() * n,
             labels,
             ids=ids,
-            key=self.key,
+            key=self._gradient_key,
             stream=gradient_noise_stream(self.steps),
             reference=self._batch_reference,
         )
@@ -545,10 +556,17 @@ class LabelParty:
         """Mark the run as continuing a release an earlier run may have sent.
 
         RR-with-prior then never randomizes a label again (its draws depend on
-        a prior the earlier run may have had otherwise); :meth:`load_state_dict`
-        marks it too.
+        a prior the earlier run may have had otherwise), and Marvell and
+        max-norm draw their per-step normals under a key of this run's own
+        (derived from the key and 32 bytes from the OS, kept in memory only):
+        the steps after the checkpoint were perhaps sent before, and a replay
+        under the same words with other clean gradients cancels the noise.
+        :meth:`load_state_dict` marks it too.
         """
         self._resumed = True
+        self._gradient_key = self.key.derive(
+            b"gradient noise of a resumed run\x00" + secrets.token_bytes(32)
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; it must have been saved under this key."""
@@ -564,7 +582,7 @@ class LabelParty:
         self._drawn = {
             int(s): d.numpy().copy() for s, d in state.get("drawn", {}).items()
         }
-        self._resumed = True
+        self.mark_resumed()
         reference = state.get("batch_reference")
         if reference is not None:
             self._batch_reference = BatchReference(

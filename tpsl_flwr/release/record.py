@@ -138,6 +138,7 @@ def admit_release(
         seen.update(earlier=len(earlier), total=compose(released))
         if entry.kind == REHEARSAL:
             return
+        _check_prior_key(label_set, entry, released)
         total = compose_latest([*entries, entry])
         seen.update(total=total)
         _check_release(label_set, entry, earlier, total, acknowledged, unprotected)
@@ -145,6 +146,38 @@ def admit_release(
 
     book.admit(label_set, entry, decide, write=write)
     return _view(book, label_set, entry, seen, acknowledged)
+
+
+def _check_prior_key(
+    label_set: LabelSet, entry: LedgerEntry, released: list[LedgerEntry]
+) -> None:
+    """Refuse a second fresh release of a key whose draws depend on a prior.
+
+    A label randomizer whose draw is a function of (key, id, label) alone
+    releases the same noisy labels every time its key is used, so the
+    ledger counts a key once. RR-with-prior (Ghazi et al. 2021, Algorithm 2)
+    also takes a prior from training, which any other training setting
+    changes; with ``k >= 3`` two priors read the same keyed words into
+    different labels, and the pair has no finite epsilon (an output pair
+    possible under one label is impossible under another). Binary labels
+    are safe: both runs read the one keep word the same way.
+    """
+    if label_set.public or entry.num_classes <= 2:
+        return
+    if not mechanism_class(entry.mechanism).needs_prior:
+        return
+    if any(e.key_fingerprint == entry.key_fingerprint for e in released):
+        raise ReleaseRefused(
+            f"{entry.mechanism} with {entry.num_classes} classes draws each "
+            f"label with a prior from training: a second fresh run under key "
+            f"{entry.key_fingerprint} (a reused noise seed or noise_key) over "
+            f"label set {label_set.fingerprint} would release other labels "
+            "from the same keyed words, and the two releases together have no "
+            "finite epsilon (the ledger would count one). Nothing is sent: "
+            "start it with a fresh key from the OS (no noise-seed), as a "
+            "further release (--new-release). (A run already counted as a "
+            "release need not be recorded again.)"
+        )
 
 
 def _check_release(

@@ -219,8 +219,9 @@ def for_labels(
         Refuse a fresh release that would take the labels' total pure
         epsilon above this.
     unprotected_release
-        Allow a release with ``mechanism = "none"`` (refused otherwise by
-        the ledger); refused beside any other mechanism.
+        Allow a release with ``mechanism = "none"``, ``"marvell"`` or
+        ``"max-norm"`` (no DP guarantee: refused otherwise by the ledger);
+        refused beside a mechanism with a DP guarantee.
     public_labels
         Rehearsal data whose labels are public anyway: recorded, never
         refused. Never for your users' labels.

@@ -52,6 +52,7 @@ def _replace(path: Path, arr: np.ndarray | bytes) -> None:
     else:
         with tmp.open("wb") as fh:
             np.save(fh, arr)
+    tmp.chmod(0o600)  # this user's own edit: the entry stays private
     os.replace(tmp, path)
 
 

@@ -29,12 +29,14 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from tpsl_flwr._util.private_files import keep_private
+from tpsl_flwr._util.private_files import check_private, keep_private
+from tpsl_flwr.errors import PrivacyError
 
 __all__ = [
     "CacheEntry",
     "NpyAppender",
     "cache_key",
+    "check_trusted",
     "missing_folders",
     "open_entry",
     "remove_if_empty",
@@ -183,7 +185,14 @@ def open_entry(
         Read-only memory maps, one per name.
     meta : dict
         The entry's ``meta.json``.
+
+    Raises
+    ------
+    PrivacyError
+        If the entry, or a file of it, is not this user's own with no
+        group/other access (:func:`check_trusted`).
     """
+    check_trusted(folder, names)
     try:
         meta = json.loads((folder / "meta.json").read_text())
         arrays = {n: np.load(folder / f"{n}.npy", mmap_mode="r") for n in names}
@@ -195,6 +204,36 @@ def open_entry(
     if rows != {meta.get("rows")}:
         return {}, {}
     return arrays, meta
+
+
+def check_trusted(folder: Path, names: tuple[str, ...]) -> None:
+    """Refuse an existing entry that another user owns or may write to.
+
+    Every entry this module commits is ``0700`` with ``0600`` files
+    (:meth:`CacheEntry.commit`). Anyone who can stat the source can name its
+    entry (:func:`cache_key` hashes public facts), so an entry that is not
+    private was not written by this user's loads: in a shared ``cache-dir``
+    another local user could plant a label column (or feature columns) that
+    would then be trained on. Refused rather than trusted or silently
+    re-encoded (fail closed); an absent entry is a miss.
+
+    Raises
+    ------
+    PrivacyError
+        Naming the entry, what is wrong with it and the fix.
+    """
+    if not (folder.exists() or folder.is_symlink()):
+        return
+    files = [folder / "meta.json", *(folder / f"{n}.npy" for n in names)]
+    try:
+        for path in (folder, *(f for f in files if f.exists() or f.is_symlink())):
+            check_private(path)
+    except PrivacyError as exc:
+        raise PrivacyError(
+            f"the cache entry {folder} is not this user's own private entry "
+            f"({exc}); it is not read. Remove it, or set cache-dir to a folder "
+            "only you write to"
+        ) from None
 
 
 def missing_folders(folder: Path) -> list[Path]:

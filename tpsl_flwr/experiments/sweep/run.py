@@ -91,13 +91,15 @@ ATTACK_COLUMNS = (
     "spectral",
     "sda",
     "sda_pooled",
+    "sda_residual",
     "sda_top1",
     "auc_bound",
     "auc_bound_without_prior",
 )
 """The chosen epoch's attack AUCs, each ``max(AUC, 1 - AUC)`` (its direction in
 ``<name>_direction``, :data:`~tpsl_flwr.experiments.sweep.stats.DIRECTION_COLUMNS`;
-``sda_pooled``: the SDA's pooled-distance score beside its likelihood ratio), and
+``sda_pooled``: the SDA's pooled-distance score beside its likelihood ratio;
+``sda_residual``: the white-box energy outside the label plane), and
 the ceiling (``auc_bound``: prior-aware where the top model trains on the
 posterior, the plain eps one beside it)."""
 CSV_COLUMNS = (
