@@ -813,10 +813,10 @@ def test_matched_sda_configs_run_every_defense_at_three_levels_with_os_keys(
     # Execute
     grid = load_sweep(CONFIGS / f"{name}.toml", given)
 
-    # Assert: every defense, 3 levels each (none and max-norm once), 2 seeds,
+    # Assert: every defense, 3 levels each (none and max-norm once), 3 seeds,
     # keys from the OS, the CLI's file where there is one
     configs = [spec.config for spec in grid.runs()]
-    assert len(configs) == 2 * (1 + 1 + 3 * 5)
+    assert len(configs) == 3 * (1 + 1 + 3 * 5)
     assert set(grid.mechanisms) == {
         "none",
         "laplace",
@@ -828,7 +828,7 @@ def test_matched_sda_configs_run_every_defense_at_three_levels_with_os_keys(
     }
     assert {c.dataset for c in configs} == {dataset}
     assert {c.noise_seed for c in configs} == {-1}
-    assert sorted({c.seed for c in configs}) == [0, 1]
+    assert sorted({c.seed for c in configs}) == [0, 1, 2]
     if dataset == "criteo":
         assert {(c.data_path, c.cache_dir) for c in configs} == {
             (str(data), str(tmp_path / "cache"))
