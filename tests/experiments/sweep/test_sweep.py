@@ -22,6 +22,11 @@ from tpsl_flwr.experiments.sweep.run import (
     run_sweep,
 )
 from tpsl_flwr.experiments.sweep.stats import DIRECTION_COLUMNS
+from tpsl_flwr.privacy.closed_forms import (
+    sda_auc_gaussian,
+    sda_auc_laplace,
+    sda_auc_randomized_response,
+)
 from tpsl_flwr.testing import write_avazu, write_criteo
 
 TINY = """
@@ -790,3 +795,54 @@ def test_small_file_configs_take_the_users_file_os_keys_and_five_seeds(
     }
     assert {c.noise_seed for c in configs} == {-1}
     assert sorted({c.seed for c in configs}) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    "name, dataset",
+    [("baselines_matched", "criteo"), ("baselines_matched_synthetic", "synthetic-ctr")],
+)
+def test_matched_sda_configs_run_every_defense_at_three_levels_with_os_keys(
+    tmp_path, name, dataset
+):
+    # Arrange: for the file grid, a generated Criteo file and a cache folder
+    given = {}
+    if dataset == "criteo":
+        data = write_criteo(tmp_path / "criteo.txt", 300, seed=2).path
+        given = {"data-path": str(data), "cache-dir": str(tmp_path / "cache")}
+
+    # Execute
+    grid = load_sweep(CONFIGS / f"{name}.toml", given)
+
+    # Assert: every defense, 3 levels each (none and max-norm once), 3 seeds,
+    # keys from the OS, the CLI's file where there is one
+    configs = [spec.config for spec in grid.runs()]
+    assert len(configs) == 3 * (1 + 1 + 3 * 5)
+    assert set(grid.mechanisms) == {
+        "none",
+        "laplace",
+        "discrete",
+        "rr-prior",
+        "gaussian",
+        "marvell",
+        "max-norm",
+    }
+    assert {c.dataset for c in configs} == {dataset}
+    assert {c.noise_seed for c in configs} == {-1}
+    assert sorted({c.seed for c in configs}) == [0, 1, 2]
+    if dataset == "criteo":
+        assert {(c.data_path, c.cache_dir) for c in configs} == {
+            (str(data), str(tmp_path / "cache"))
+        }
+    else:
+        assert {c.rows for c in configs} == {10000}
+    # The levels match SDA by the closed forms: 0.70, 0.80, 0.90 within 0.015
+    # (Laplace and randomized response share one epsilon axis) and 0.005
+    # (Gaussian).
+    targets = (0.70, 0.80, 0.90)
+    for closed_form in (sda_auc_laplace, sda_auc_randomized_response):
+        aucs = [closed_form(eps) for eps in grid.epsilons]
+        assert aucs == pytest.approx(targets, abs=0.015)
+    assert [sda_auc_gaussian(s) for s in grid.sigmas] == pytest.approx(
+        targets, abs=0.005
+    )
+    assert list(grid.marvell_powers) == sorted(grid.marvell_powers, reverse=True)
