@@ -73,6 +73,7 @@ from tpsl_flwr.engines.executor.fab_match import (
     judge_fab,
     package_digest,
 )
+from tpsl_flwr.engines.executor.listener import check_listener
 from tpsl_flwr.errors import ProtocolError
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.node_edge import node_failure
@@ -118,6 +119,10 @@ class ExecutorSettings:
         ``None``: exit with :data:`EXIT_STUCK` instead.
     clientapp_command
         The stock executable for tasks that do not run warm.
+    supernode_uid
+        The user the SuperNode runs as; ``None``: the executor's own. A
+        listener of any other user on the Runtime API port is refused
+        (:func:`~tpsl_flwr.engines.executor.listener.check_listener`).
     """
 
     runtime_api_address: str
@@ -127,6 +132,7 @@ class ExecutorSettings:
     auth_secret: bytes | None = None
     restart_argv: Sequence[str] | None = None
     clientapp_command: str = "flwr-clientapp"
+    supernode_uid: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.poll_interval <= 60:
@@ -297,7 +303,16 @@ class WarmExecutor:
             wait = min(2 * wait, self.settings.poll_interval)
 
     def serve_next(self) -> bool:
-        """Acquire one task and serve it; whether there was one."""
+        """Acquire one task and serve it; whether there was one.
+
+        Raises
+        ------
+        PrivacyError
+            If another user's socket listens on the Runtime API port: nothing
+            is sent to it, and the executor stops.
+        """
+        if not self._supernode_listens():
+            return False
         try:
             res = self._acquirer.AcquireTask(
                 F.AcquireTaskRequest(supported_task_types=[F.TaskType.CLIENT_APP])
@@ -317,12 +332,25 @@ class WarmExecutor:
             return False
         task = res.task
         acquired = time.time()
+        self._supernode_listens()  # the server that handed it out is still ours
         if self.warm_for(task.fab_hash):
             self._serve_warm(res.token, task, acquired)
         else:
             self._serve_stock(res.token, task)
         self.served += 1
         return True
+
+    def _supernode_listens(self) -> bool:
+        port = int(self.settings.runtime_api_address.rpartition(":")[2])
+        if check_listener(port, self.settings.supernode_uid):
+            return True
+        if not self._unreachable:
+            _LOG.warning(
+                "executor: nothing listens on %s yet; polling on",
+                self.settings.runtime_api_address,
+            )
+        self._unreachable = True
+        return False
 
     def close(self) -> None:
         """Close the Runtime API client and remove the token folder."""
