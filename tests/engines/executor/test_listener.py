@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tpsl_flwr.engines.executor.listener import check_listener, listener_uids
+from tpsl_flwr.engines.executor.listener import (
+    PROC_TABLES,
+    check_listener,
+    diag_listener_uids,
+    listener_uids,
+)
 from tpsl_flwr.engines.executor.warm import ExecutorSettings, WarmExecutor
 from tpsl_flwr.errors import PrivacyError
 
@@ -129,3 +134,14 @@ def test_nothing_listening_is_a_supernode_not_up_yet() -> None:
         assert not executor.serve_next()
     finally:
         executor.close()
+
+
+def test_netlink_and_the_socket_table_agree(
+    squatter: tuple[int, list[str]],
+) -> None:
+    port, _ = squatter
+    try:
+        from_diag = diag_listener_uids(port)
+    except OSError:
+        pytest.skip("no netlink sock_diag here")
+    assert from_diag == listener_uids(port, PROC_TABLES) == {os.getuid()}
