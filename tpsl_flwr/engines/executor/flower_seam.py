@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
+from typing import Any
+
+import httpx
 
 __all__ = [
     "SEAM",
@@ -50,6 +54,7 @@ __all__ = [
     "push_message",
     "push_task_output",
     "run_from_proto",
+    "task_heartbeat_fn",
 ]
 
 SEAM: dict[str, str] = {
@@ -77,6 +82,7 @@ SEAM: dict[str, str] = {
     "HeartbeatSender": "flwr.supercore.heartbeat",
     "make_task_heartbeat_fn_http": "flwr.supercore.heartbeat",
     "AcquireTaskRequest": "flwr.proto.runtime_pb2",
+    "SendTaskHeartbeatRequest": "flwr.proto.runtime_pb2",
     "TaskType": "flwr.supercore.constant",
     "ErrorCode": "flwr.common.constant",
     "SubStatus": "flwr.common.constant",
@@ -162,6 +168,7 @@ try:
         AcquireTaskRequest,
         PullAppMessagesRequest,
         PullTaskInputRequest,
+        SendTaskHeartbeatRequest,
     )
     from flwr.supercore.constant import TaskType
     from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
@@ -188,3 +195,38 @@ try:
     )
 except ImportError as _err:  # pragma: no cover - only with another Flower
     raise _seam_error() from _err
+
+
+_RETRY_LATER = (503, 504)
+"""HTTP statuses after which Flower's task heartbeat is retried."""
+
+
+def task_heartbeat_fn(client: Any, on_rejected: Callable[[str], None]) -> Any:
+    """Flower's task heartbeat, with ``on_rejected`` in place of its ``SIGINT``.
+
+    ``make_task_heartbeat_fn_http`` (``flwr/supercore/heartbeat.py``) raises
+    ``SIGINT`` in the process when the SuperNode rejects a heartbeat (the
+    task is finished or its token expired): that ends ``flwr-clientapp``, one
+    task, but in the warm executor it would end every task to come. Here the
+    rejection, and an HTTP error other than 503/504 (which Flower's would
+    raise in the heartbeat thread, ending its heartbeats unseen), call
+    ``on_rejected`` with one line saying why, at each beat so rejected.
+    Transport errors and 503/504 are retried, as Flower's are.
+    """
+    request = SendTaskHeartbeatRequest()
+
+    def beat() -> bool:
+        try:
+            response = client.SendTaskHeartbeat(request)
+        except httpx.TransportError:
+            return False
+        except httpx.HTTPStatusError as err:
+            if err.response.status_code in _RETRY_LATER:
+                return False
+            on_rejected(f"the task heartbeat got HTTP {err.response.status_code}")
+            return True
+        if not response.success:
+            on_rejected("the SuperNode rejected the task heartbeat (task over)")
+        return True
+
+    return beat

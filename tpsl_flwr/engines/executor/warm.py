@@ -32,17 +32,18 @@ the loaded ClientApp across tasks:
   a version and no state) and the run stops, to be resumed from its
   checkpoints, as with a restarted party worker;
 - a warm task that fails leaves the SuperNode's context as it was and marks
-  its run failed here: the run's later messages are refused, never run on a
-  party the failure may have half-updated;
+  its run failed here (so does a rejected heartbeat, without Flower's
+  ``SIGINT``): the run's later messages are refused, never run on a party
+  the failure may have half-updated;
 - a task is bounded (the task bound: ``--task-timeout``, else the run
   config's ``reply-timeout``, else 600 s): a ClientApp still running then gets
   an error reply in its name, and the executor starts afresh in the same
   process (``exec``), since a Python thread cannot be stopped; a stock
   ``flwr-clientapp`` past the bound is killed.
 
-What the executor sees is what ``flwr-clientapp`` sees (the task's message,
-context, run and FAB, through the token), no more; its address is the
-SuperNode's Runtime API, which stays on loopback.
+It sees what ``flwr-clientapp`` sees (the task's message, context, run and
+FAB, through the token), no more, from a Runtime API on loopback that its
+own user listens on (:mod:`~tpsl_flwr.engines.executor.listener`).
 """
 
 from __future__ import annotations
@@ -446,9 +447,7 @@ class WarmExecutor:
         )
         self.judge(task.fab_hash)
 
-    def _finish(
-        self, token: str, context: Context | None, sub_status: str, details: str
-    ) -> None:
+    def _finish(self, token: str, context: Any, sub_status: str, details: str) -> None:
         client = self._task_client(token)
         try:
             F.push_task_output(client, context, sub_status, details)
@@ -471,7 +470,8 @@ class WarmExecutor:
     def _serve_warm(self, token: str, task: Any, acquired: float) -> None:
         """``run_clientapp``'s steps for one token, in this process."""
         client = self._task_client(token)
-        heartbeat = F.HeartbeatSender(F.make_task_heartbeat_fn_http(client))
+        beat = F.task_heartbeat_fn(client, lambda w: self._mark_failed(task.run_id, w))
+        heartbeat = F.HeartbeatSender(beat)  # rejected: the run's next are refused
         heartbeat.start()
         answer = _Answer()
         message: Message | None = None
