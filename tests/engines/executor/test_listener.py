@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import signal
 import socket
 import threading
 from collections.abc import Iterator
@@ -33,11 +34,12 @@ TABLE = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when re
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
     paths: list[str] = []
+    status = 200
 
     def do_POST(self) -> None:
         self.paths.append(self.path)
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(200)  # an empty AcquireTaskResponse: no task
+        self.send_response(self.status)  # 200, empty: an AcquireTaskResponse, no task
         self.send_header("Content-Type", "application/protobuf")
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -47,10 +49,11 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def squatter() -> Iterator[tuple[int, list[str]]]:
+def squatter(request: pytest.FixtureRequest) -> Iterator[tuple[int, list[str]]]:
     """A server on a free loopback port that records what it is sent."""
     paths: list[str] = []
-    handler = type("Handler", (_Recorder,), {"paths": paths})
+    status = getattr(request, "param", 200)
+    handler = type("Handler", (_Recorder,), {"paths": paths, "status": status})
     server = http.server.HTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -145,3 +148,22 @@ def test_netlink_and_the_socket_table_agree(
     except OSError:
         pytest.skip("no netlink sock_diag here")
     assert from_diag == listener_uids(port, PROC_TABLES) == {os.getuid()}
+
+
+@pytest.mark.parametrize("squatter", [401], indirect=True)
+def test_a_refused_signature_stops_the_executor_naming_it_without_sigint(
+    squatter: tuple[int, list[str]],
+) -> None:
+    # Prepare: Flower's own retry would SIGINT this process on a 401
+    port, paths = squatter
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    executor = WarmExecutor(ExecutorSettings(f"127.0.0.1:{port}", auth_secret=b"x"))
+    try:
+        # Execute / Assert: one try, a clear error, no signal
+        with pytest.raises(PrivacyError, match="HTTP 401"):
+            executor.serve_next()
+        assert len(paths) == 1 and seen == []
+    finally:
+        executor.close()
+        signal.signal(signal.SIGINT, previous)

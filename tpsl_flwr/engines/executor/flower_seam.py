@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
+from flwr.app import Context, Message
 
 __all__ = [
     "SEAM",
@@ -50,11 +52,13 @@ __all__ = [
     "missing",
     "moved_signatures",
     "pull_and_inflate_object_from_tree",
+    "pull_input",
     "pull_task_input",
     "push_message",
     "push_task_output",
     "run_from_proto",
     "task_heartbeat_fn",
+    "unsignalled_retry_invoker",
 ]
 
 SEAM: dict[str, str] = {
@@ -230,3 +234,81 @@ def task_heartbeat_fn(client: Any, on_rejected: Callable[[str], None]) -> Any:
         return True
 
     return beat
+
+
+def unsignalled_retry_invoker() -> Any:
+    """Flower's HTTP retry invoker, except that a 401 is the caller's to handle.
+
+    ``make_simple_http_retry_invoker`` (``flwr/supercore/retry/http_retry.py``)
+    answers an HTTP 401 with ``SIGINT`` to its own process, then sleeps and
+    retries: right for ``flwr-clientapp`` (one task), wrong for the warm
+    executor, which a task's expired token would stop for every task to
+    come, silently and with exit status 0. Here a 401 gives up at once and
+    the ``HTTPStatusError`` reaches the caller.
+    """
+    invoker = make_simple_http_retry_invoker()
+    flowers = invoker.should_giveup
+
+    def should_giveup(exc: Exception) -> bool:
+        if (
+            isinstance(exc, httpx.HTTPStatusError)
+            and exc.response.status_code == httpx.codes.UNAUTHORIZED
+        ):
+            return True
+        return bool(flowers(exc)) if flowers is not None else False
+
+    invoker.should_giveup = should_giveup
+    return invoker
+
+
+PULL_BACKOFF = 0.005
+"""Seconds before the first retry of a message object not yet at the SuperNode."""
+PULL_BACKOFF_CAP = 0.1
+"""Longest wait between two retries of one object (Flower's own: 1 s to 10 s)."""
+
+
+def pull_input(
+    client: Any, times: list[float] | None = None
+) -> tuple[Message, Context, Any, Any]:
+    """Flower's ``pull_task_input`` with a short retry for objects still in transit.
+
+    A SuperNode creates the task before it has pulled the message's objects
+    from the SuperLink (``flwr/supernode/start_client_internal.py``,
+    ``_pull_and_store_message``). A warm executor acquires the task within
+    milliseconds, so an object may not be there yet; Flower's pull then waits
+    its ``PULL_INITIAL_BACKOFF`` of 1 s (``flwr/supercore/constant.py``)
+    before the retry. This is ``pull_task_input``
+    (``flwr/supernode/runtime/run_clientapp.py``) step by step, the same Flower
+    calls, with the first retry after :data:`PULL_BACKOFF` instead.
+    ``times`` (if given) gets ``time.time()`` after the task input (context,
+    run, bundle) and after the message's head.
+    """
+    res = client.PullTaskInput(PullTaskInputRequest())
+    if times is not None:
+        times.append(time.time())
+    TaskIdentity.task_id = res.task_id
+    TaskIdentity.run_id = res.run.run_id
+    TaskIdentity.node_id = res.context.node_id
+    context = context_from_proto(res.context)
+    run = run_from_proto(res.run)
+    fab = fab_from_proto(res.fab)
+    pulled = client.PullMessages(PullAppMessagesRequest())
+    if not pulled.messages_list:
+        raise RuntimeError("No messages received from Runtime API")
+    if times is not None:
+        times.append(time.time())
+    node = Node(node_id=context.node_id)
+    tree = pulled.message_object_trees[0]
+    message = pull_and_inflate_object_from_tree(
+        tree,
+        make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
+        make_confirm_message_received_fn_protobuf(
+            client.ConfirmMessageReceived, node, context.run_id
+        ),
+        return_type=Message,
+        initial_backoff=PULL_BACKOFF,
+        backoff_cap=PULL_BACKOFF_CAP,
+    )
+    # as Flower does: the deflated message does not hold its own id
+    message.metadata.__dict__["_message_id"] = tree.object_id
+    return message, context, run, fab

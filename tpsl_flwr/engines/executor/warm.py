@@ -75,7 +75,7 @@ from tpsl_flwr.engines.executor.fab_match import (
     package_digest,
 )
 from tpsl_flwr.engines.executor.listener import check_listener
-from tpsl_flwr.errors import ProtocolError
+from tpsl_flwr.errors import PrivacyError, ProtocolError
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.node_edge import node_failure
 
@@ -194,59 +194,6 @@ def error_reason(error: BaseException, context: Context | None) -> str:
     return str(type(error)) + ":<'" + str(error) + "'>"
 
 
-PULL_BACKOFF = 0.005
-"""Seconds before the first retry of a message object not yet at the SuperNode."""
-PULL_BACKOFF_CAP = 0.1
-"""Longest wait between two retries of one object (Flower's own: 1 s to 10 s)."""
-
-
-def pull_input(
-    client: Any, times: list[float] | None = None
-) -> tuple[Message, Context, Any, Any]:
-    """Flower's ``pull_task_input`` with a short retry for objects still in transit.
-
-    A SuperNode creates the task before it has pulled the message's objects
-    from the SuperLink (``flwr/supernode/start_client_internal.py``,
-    ``_pull_and_store_message``). A warm executor acquires the task within
-    milliseconds, so an object may not be there yet; Flower's pull then waits
-    its ``PULL_INITIAL_BACKOFF`` of 1 s (``flwr/supercore/constant.py``)
-    before the retry. This is ``pull_task_input``
-    (``flwr/supernode/runtime/run_clientapp.py``) step by step, the same Flower
-    calls, with the first retry after :data:`PULL_BACKOFF` instead.
-    ``times`` (if given) gets ``time.time()`` after the task input (context,
-    run, bundle) and after the message's head.
-    """
-    res = client.PullTaskInput(F.PullTaskInputRequest())
-    if times is not None:
-        times.append(time.time())
-    F.TaskIdentity.task_id = res.task_id
-    F.TaskIdentity.run_id = res.run.run_id
-    F.TaskIdentity.node_id = res.context.node_id
-    context = F.context_from_proto(res.context)
-    run = F.run_from_proto(res.run)
-    fab = F.fab_from_proto(res.fab)
-    pulled = client.PullMessages(F.PullAppMessagesRequest())
-    if not pulled.messages_list:
-        raise RuntimeError("No messages received from Runtime API")
-    if times is not None:
-        times.append(time.time())
-    node = F.Node(node_id=context.node_id)
-    tree = pulled.message_object_trees[0]
-    message = F.pull_and_inflate_object_from_tree(
-        tree,
-        F.make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
-        F.make_confirm_message_received_fn_protobuf(
-            client.ConfirmMessageReceived, node, context.run_id
-        ),
-        return_type=Message,
-        initial_backoff=PULL_BACKOFF,
-        backoff_cap=PULL_BACKOFF_CAP,
-    )
-    # as Flower does: the deflated message does not hold its own id
-    message.metadata.__dict__["_message_id"] = tree.object_id
-    return message, context, run, fab
-
-
 class WarmExecutor:
     """Serves one SuperNode's ClientApp tasks in this process (see the module).
 
@@ -289,7 +236,7 @@ class WarmExecutor:
             insecure=True,
             root_certificates=None,
             interceptors=interceptors,
-            retry_invoker=F.make_simple_http_retry_invoker(),
+            retry_invoker=F.unsignalled_retry_invoker(),
         )
 
     # ------------------------------------------------------------ the loop
@@ -319,6 +266,12 @@ class WarmExecutor:
                 F.AcquireTaskRequest(supported_task_types=[F.TaskType.CLIENT_APP])
             )
         except Exception as error:  # the SuperNode restarting: poll on
+            if getattr(getattr(error, "response", None), "status_code", 0) == 401:
+                raise PrivacyError(
+                    f"the Runtime API at {self.settings.runtime_api_address} refused "
+                    "the executor's SuperExec signature (HTTP 401): its secret is not "
+                    "the one given to this SuperNode"
+                ) from error
             if not self._unreachable:
                 _LOG.warning(
                     "executor: the SuperNode's Runtime API at %s does not answer "
@@ -463,7 +416,7 @@ class WarmExecutor:
                 F.RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
                 F.RuntimeTokenHttpInterceptor(token),
             ],
-            retry_invoker=F.make_simple_http_retry_invoker(),
+            retry_invoker=F.unsignalled_retry_invoker(),
         )
 
     # ----------------------------------------------------------- warm path
@@ -483,7 +436,7 @@ class WarmExecutor:
         called = answered = pulled = 0.0
         steps: list[float] = []
         try:
-            message, context, run, fab = pull_input(client, steps)
+            message, context, run, fab = F.pull_input(client, steps)
             pulled = time.time()
             before = F.context_to_proto(context)
             if fab.hash_str != self.warm_hash or run.fab_hash != self.warm_hash:
@@ -538,7 +491,10 @@ class WarmExecutor:
                 except Exception:  # pylint: disable=broad-except
                     _LOG.exception("executor: failed to push the reply")
                     sub_status, details = F.SubStatus.FAILED, "reply push failed"
-                F.push_task_output(client, context, sub_status, details)
+                try:  # 403/401: the run or the task is over; the next task comes
+                    F.push_task_output(client, context, sub_status, details)
+                except Exception as error:  # pylint: disable=broad-except
+                    self._mark_failed(task.run_id, f"status push failed: {error}")
             heartbeat.stop()
             client.close()
         if message is not None:
