@@ -105,6 +105,13 @@ def add_parser(subparsers: Any) -> None:
         "600); a ClientApp past it gets an error reply and the executor restarts",
     )
     parser.add_argument(
+        "--supernode-uid",
+        type=int,
+        default=None,
+        help="the user the SuperNode runs as (default: this user); the executor "
+        "refuses a Runtime API port that any other user listens on",
+    )
+    parser.add_argument(
         "--no-preload",
         dest="preload",
         action="store_false",
@@ -130,6 +137,7 @@ def cmd_executor(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval,
         task_timeout=args.task_timeout,
         auth_secret=secret,
+        supernode_uid=args.supernode_uid,
         restart_argv=[sys.executable, "-m", "tpsl_flwr.cli", *sys.argv[1:]]
         if sys.argv[1:2] == ["executor"]
         else None,

@@ -197,3 +197,25 @@ def test_no_executor_keeps_the_process_per_message_path(tmp_path, monkeypatch):
     assert options["party_workers"] is True
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["executor"] is False
+
+
+def test_the_executor_secret_is_private_and_gone_after_stop(tmp_path: Path) -> None:
+    # Prepare: the secret as start() makes it, under a permissive umask
+    import os
+    import stat
+
+    runtime = deployment.DeploymentRuntime(1, tmp_path / "logs")
+    runtime.log_dir.mkdir(parents=True)
+    old = os.umask(0)
+    try:
+        secret = runtime._executor_secret()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert stat.S_IMODE(secret.parent.stat().st_mode) == 0o700
+
+    # Execute
+    runtime.stop()
+
+    # Assert: nothing left that a later reader of the logs could use
+    assert not secret.exists()

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import httpx
 import pytest
 
 from tpsl_flwr.engines.executor import flower_seam
@@ -63,3 +68,65 @@ def test_the_executor_reads_the_pull_backoff_it_shortens_from_flower() -> None:
     from flwr.supercore import constant
 
     assert constant.PULL_INITIAL_BACKOFF == 1
+
+
+class _Beating:
+    """A Runtime API client whose task heartbeat answers ``success`` or ``status``."""
+
+    def __init__(self, success: bool = True, status: int | None = None) -> None:
+        self.success, self.status = success, status
+
+    def SendTaskHeartbeat(self, request: object) -> object:
+        if self.status is not None:
+            url = "http://127.0.0.1:9/v1/runtime/send-task-heartbeat"
+            request_ = httpx.Request("POST", url)
+            response = httpx.Response(self.status, request=request_)
+            raise httpx.HTTPStatusError("refused", request=request_, response=response)
+        return SimpleNamespace(success=self.success)
+
+
+@pytest.fixture
+def sigints() -> Iterator[list[int]]:
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    yield seen
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_flowers_own_heartbeat_interrupts_the_whole_process(
+    sigints: list[int],
+) -> None:
+    # What the warm executor must not use: one rejected task stops it
+    beat = flower_seam.make_task_heartbeat_fn_http(_Beating(success=False))
+    beat()
+    assert sigints == [signal.SIGINT]
+
+
+@pytest.mark.parametrize(
+    ("client", "why"),
+    [
+        (_Beating(success=False), "rejected the task heartbeat"),
+        (_Beating(status=401), "HTTP 401"),
+        (_Beating(status=403), "HTTP 403"),
+    ],
+)
+def test_a_rejected_heartbeat_is_reported_not_a_sigint(
+    sigints: list[int], client: _Beating, why: str
+) -> None:
+    rejected: list[str] = []
+    beat = flower_seam.task_heartbeat_fn(client, rejected.append)
+
+    assert beat() is True  # no retry
+    assert sigints == []
+    assert len(rejected) == 1 and why in rejected[0]
+
+
+def test_a_busy_supernode_is_retried_and_a_live_task_is_fine(
+    sigints: list[int],
+) -> None:
+    rejected: list[str] = []
+    assert (
+        flower_seam.task_heartbeat_fn(_Beating(status=503), rejected.append)() is False
+    )
+    assert flower_seam.task_heartbeat_fn(_Beating(), rejected.append)() is True
+    assert rejected == [] and sigints == []

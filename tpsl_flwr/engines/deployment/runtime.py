@@ -55,7 +55,8 @@ __all__ = ["DeploymentRuntime"]
 _SUPERNODE_READY_RE = re.compile(r"SuperNode ID: (\d+)")
 _EXECUTOR_READY_RE = re.compile(r"executor ready for ")
 EXECUTOR_SECRET = "superexec-secret"
-"""The SuperExec secret's file in ``log_dir / "executor"`` (0700 folder, 0600)."""
+"""The SuperExec secret's file in ``log_dir / "executor"`` (0700 folder, 0600),
+removed by :meth:`DeploymentRuntime.stop`."""
 
 
 def executor_command(address: str, secret_file: Path | None) -> list[str]:
@@ -446,6 +447,8 @@ class DeploymentRuntime:
         ended += terminate_launched(self.launch_id, procs, self.grace_s)
         self._procs.clear()
         self.executors.clear()
+        # the SuperExec secret outlives no process that used it
+        (self.log_dir / "executor" / EXECUTOR_SECRET).unlink(missing_ok=True)
         return sorted(set(ended))
 
     # ------------------------------------------------------------- helpers

@@ -15,6 +15,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from flwr.app import Context, Message
 
 __all__ = [
     "SEAM",
@@ -46,10 +52,13 @@ __all__ = [
     "missing",
     "moved_signatures",
     "pull_and_inflate_object_from_tree",
+    "pull_input",
     "pull_task_input",
     "push_message",
     "push_task_output",
     "run_from_proto",
+    "task_heartbeat_fn",
+    "unsignalled_retry_invoker",
 ]
 
 SEAM: dict[str, str] = {
@@ -77,6 +86,7 @@ SEAM: dict[str, str] = {
     "HeartbeatSender": "flwr.supercore.heartbeat",
     "make_task_heartbeat_fn_http": "flwr.supercore.heartbeat",
     "AcquireTaskRequest": "flwr.proto.runtime_pb2",
+    "SendTaskHeartbeatRequest": "flwr.proto.runtime_pb2",
     "TaskType": "flwr.supercore.constant",
     "ErrorCode": "flwr.common.constant",
     "SubStatus": "flwr.common.constant",
@@ -162,6 +172,7 @@ try:
         AcquireTaskRequest,
         PullAppMessagesRequest,
         PullTaskInputRequest,
+        SendTaskHeartbeatRequest,
     )
     from flwr.supercore.constant import TaskType
     from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
@@ -188,3 +199,116 @@ try:
     )
 except ImportError as _err:  # pragma: no cover - only with another Flower
     raise _seam_error() from _err
+
+
+_RETRY_LATER = (503, 504)
+"""HTTP statuses after which Flower's task heartbeat is retried."""
+
+
+def task_heartbeat_fn(client: Any, on_rejected: Callable[[str], None]) -> Any:
+    """Flower's task heartbeat, with ``on_rejected`` in place of its ``SIGINT``.
+
+    ``make_task_heartbeat_fn_http`` (``flwr/supercore/heartbeat.py``) raises
+    ``SIGINT`` in the process when the SuperNode rejects a heartbeat (the
+    task is finished or its token expired): that ends ``flwr-clientapp``, one
+    task, but in the warm executor it would end every task to come. Here the
+    rejection, and an HTTP error other than 503/504 (which Flower's would
+    raise in the heartbeat thread, ending its heartbeats unseen), call
+    ``on_rejected`` with one line saying why, at each beat so rejected.
+    Transport errors and 503/504 are retried, as Flower's are.
+    """
+    request = SendTaskHeartbeatRequest()
+
+    def beat() -> bool:
+        try:
+            response = client.SendTaskHeartbeat(request)
+        except httpx.TransportError:
+            return False
+        except httpx.HTTPStatusError as err:
+            if err.response.status_code in _RETRY_LATER:
+                return False
+            on_rejected(f"the task heartbeat got HTTP {err.response.status_code}")
+            return True
+        if not response.success:
+            on_rejected("the SuperNode rejected the task heartbeat (task over)")
+        return True
+
+    return beat
+
+
+def unsignalled_retry_invoker() -> Any:
+    """Flower's HTTP retry invoker, except that a 401 is the caller's to handle.
+
+    ``make_simple_http_retry_invoker`` (``flwr/supercore/retry/http_retry.py``)
+    answers an HTTP 401 with ``SIGINT`` to its own process, then sleeps and
+    retries: right for ``flwr-clientapp`` (one task), wrong for the warm
+    executor, which a task's expired token would stop for every task to
+    come, silently and with exit status 0. Here a 401 gives up at once and
+    the ``HTTPStatusError`` reaches the caller.
+    """
+    invoker = make_simple_http_retry_invoker()
+    flowers = invoker.should_giveup
+
+    def should_giveup(exc: Exception) -> bool:
+        if (
+            isinstance(exc, httpx.HTTPStatusError)
+            and exc.response.status_code == httpx.codes.UNAUTHORIZED
+        ):
+            return True
+        return bool(flowers(exc)) if flowers is not None else False
+
+    invoker.should_giveup = should_giveup
+    return invoker
+
+
+PULL_BACKOFF = 0.005
+"""Seconds before the first retry of a message object not yet at the SuperNode."""
+PULL_BACKOFF_CAP = 0.1
+"""Longest wait between two retries of one object (Flower's own: 1 s to 10 s)."""
+
+
+def pull_input(
+    client: Any, times: list[float] | None = None
+) -> tuple[Message, Context, Any, Any]:
+    """Flower's ``pull_task_input`` with a short retry for objects still in transit.
+
+    A SuperNode creates the task before it has pulled the message's objects
+    from the SuperLink (``flwr/supernode/start_client_internal.py``,
+    ``_pull_and_store_message``). A warm executor acquires the task within
+    milliseconds, so an object may not be there yet; Flower's pull then waits
+    its ``PULL_INITIAL_BACKOFF`` of 1 s (``flwr/supercore/constant.py``)
+    before the retry. This is ``pull_task_input``
+    (``flwr/supernode/runtime/run_clientapp.py``) step by step, the same Flower
+    calls, with the first retry after :data:`PULL_BACKOFF` instead.
+    ``times`` (if given) gets ``time.time()`` after the task input (context,
+    run, bundle) and after the message's head.
+    """
+    res = client.PullTaskInput(PullTaskInputRequest())
+    if times is not None:
+        times.append(time.time())
+    TaskIdentity.task_id = res.task_id
+    TaskIdentity.run_id = res.run.run_id
+    TaskIdentity.node_id = res.context.node_id
+    context = context_from_proto(res.context)
+    run = run_from_proto(res.run)
+    fab = fab_from_proto(res.fab)
+    pulled = client.PullMessages(PullAppMessagesRequest())
+    if not pulled.messages_list:
+        raise RuntimeError("No messages received from Runtime API")
+    if times is not None:
+        times.append(time.time())
+    node = Node(node_id=context.node_id)
+    tree = pulled.message_object_trees[0]
+    message = pull_and_inflate_object_from_tree(
+        tree,
+        make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
+        make_confirm_message_received_fn_protobuf(
+            client.ConfirmMessageReceived, node, context.run_id
+        ),
+        return_type=Message,
+        initial_backoff=PULL_BACKOFF,
+        backoff_cap=PULL_BACKOFF_CAP,
+    )
+    # as Flower does: the deflated message does not hold its own id
+    message.metadata.__dict__["_message_id"] = tree.object_id
+    return message, context, run, fab

@@ -32,17 +32,18 @@ the loaded ClientApp across tasks:
   a version and no state) and the run stops, to be resumed from its
   checkpoints, as with a restarted party worker;
 - a warm task that fails leaves the SuperNode's context as it was and marks
-  its run failed here: the run's later messages are refused, never run on a
-  party the failure may have half-updated;
+  its run failed here (so does a rejected heartbeat, without Flower's
+  ``SIGINT``): the run's later messages are refused, never run on a party
+  the failure may have half-updated;
 - a task is bounded (the task bound: ``--task-timeout``, else the run
   config's ``reply-timeout``, else 600 s): a ClientApp still running then gets
   an error reply in its name, and the executor starts afresh in the same
   process (``exec``), since a Python thread cannot be stopped; a stock
   ``flwr-clientapp`` past the bound is killed.
 
-What the executor sees is what ``flwr-clientapp`` sees (the task's message,
-context, run and FAB, through the token), no more; its address is the
-SuperNode's Runtime API, which stays on loopback.
+It sees what ``flwr-clientapp`` sees (the task's message, context, run and
+FAB, through the token), no more, from a Runtime API on loopback that its
+own user listens on (:mod:`~tpsl_flwr.engines.executor.listener`).
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ from tpsl_flwr.engines.executor.fab_match import (
     judge_fab,
     package_digest,
 )
-from tpsl_flwr.errors import ProtocolError
+from tpsl_flwr.engines.executor.listener import check_listener
+from tpsl_flwr.errors import PrivacyError, ProtocolError
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.node_edge import node_failure
 
@@ -118,6 +120,10 @@ class ExecutorSettings:
         ``None``: exit with :data:`EXIT_STUCK` instead.
     clientapp_command
         The stock executable for tasks that do not run warm.
+    supernode_uid
+        The user the SuperNode runs as; ``None``: the executor's own. A
+        listener of any other user on the Runtime API port is refused
+        (:func:`~tpsl_flwr.engines.executor.listener.check_listener`).
     """
 
     runtime_api_address: str
@@ -127,6 +133,7 @@ class ExecutorSettings:
     auth_secret: bytes | None = None
     restart_argv: Sequence[str] | None = None
     clientapp_command: str = "flwr-clientapp"
+    supernode_uid: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.poll_interval <= 60:
@@ -187,59 +194,6 @@ def error_reason(error: BaseException, context: Context | None) -> str:
     return str(type(error)) + ":<'" + str(error) + "'>"
 
 
-PULL_BACKOFF = 0.005
-"""Seconds before the first retry of a message object not yet at the SuperNode."""
-PULL_BACKOFF_CAP = 0.1
-"""Longest wait between two retries of one object (Flower's own: 1 s to 10 s)."""
-
-
-def pull_input(
-    client: Any, times: list[float] | None = None
-) -> tuple[Message, Context, Any, Any]:
-    """Flower's ``pull_task_input`` with a short retry for objects still in transit.
-
-    A SuperNode creates the task before it has pulled the message's objects
-    from the SuperLink (``flwr/supernode/start_client_internal.py``,
-    ``_pull_and_store_message``). A warm executor acquires the task within
-    milliseconds, so an object may not be there yet; Flower's pull then waits
-    its ``PULL_INITIAL_BACKOFF`` of 1 s (``flwr/supercore/constant.py``)
-    before the retry. This is ``pull_task_input``
-    (``flwr/supernode/runtime/run_clientapp.py``) step by step, the same Flower
-    calls, with the first retry after :data:`PULL_BACKOFF` instead.
-    ``times`` (if given) gets ``time.time()`` after the task input (context,
-    run, bundle) and after the message's head.
-    """
-    res = client.PullTaskInput(F.PullTaskInputRequest())
-    if times is not None:
-        times.append(time.time())
-    F.TaskIdentity.task_id = res.task_id
-    F.TaskIdentity.run_id = res.run.run_id
-    F.TaskIdentity.node_id = res.context.node_id
-    context = F.context_from_proto(res.context)
-    run = F.run_from_proto(res.run)
-    fab = F.fab_from_proto(res.fab)
-    pulled = client.PullMessages(F.PullAppMessagesRequest())
-    if not pulled.messages_list:
-        raise RuntimeError("No messages received from Runtime API")
-    if times is not None:
-        times.append(time.time())
-    node = F.Node(node_id=context.node_id)
-    tree = pulled.message_object_trees[0]
-    message = F.pull_and_inflate_object_from_tree(
-        tree,
-        F.make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
-        F.make_confirm_message_received_fn_protobuf(
-            client.ConfirmMessageReceived, node, context.run_id
-        ),
-        return_type=Message,
-        initial_backoff=PULL_BACKOFF,
-        backoff_cap=PULL_BACKOFF_CAP,
-    )
-    # as Flower does: the deflated message does not hold its own id
-    message.metadata.__dict__["_message_id"] = tree.object_id
-    return message, context, run, fab
-
-
 class WarmExecutor:
     """Serves one SuperNode's ClientApp tasks in this process (see the module).
 
@@ -282,7 +236,7 @@ class WarmExecutor:
             insecure=True,
             root_certificates=None,
             interceptors=interceptors,
-            retry_invoker=F.make_simple_http_retry_invoker(),
+            retry_invoker=F.unsignalled_retry_invoker(),
         )
 
     # ------------------------------------------------------------ the loop
@@ -297,12 +251,27 @@ class WarmExecutor:
             wait = min(2 * wait, self.settings.poll_interval)
 
     def serve_next(self) -> bool:
-        """Acquire one task and serve it; whether there was one."""
+        """Acquire one task and serve it; whether there was one.
+
+        Raises
+        ------
+        PrivacyError
+            If another user's socket listens on the Runtime API port: nothing
+            is sent to it, and the executor stops.
+        """
+        if not self._supernode_listens():
+            return False
         try:
             res = self._acquirer.AcquireTask(
                 F.AcquireTaskRequest(supported_task_types=[F.TaskType.CLIENT_APP])
             )
         except Exception as error:  # the SuperNode restarting: poll on
+            if getattr(getattr(error, "response", None), "status_code", 0) == 401:
+                raise PrivacyError(
+                    f"the Runtime API at {self.settings.runtime_api_address} refused "
+                    "the executor's SuperExec signature (HTTP 401): its secret is not "
+                    "the one given to this SuperNode"
+                ) from error
             if not self._unreachable:
                 _LOG.warning(
                     "executor: the SuperNode's Runtime API at %s does not answer "
@@ -317,12 +286,25 @@ class WarmExecutor:
             return False
         task = res.task
         acquired = time.time()
+        self._supernode_listens()  # the server that handed it out is still ours
         if self.warm_for(task.fab_hash):
             self._serve_warm(res.token, task, acquired)
         else:
             self._serve_stock(res.token, task)
         self.served += 1
         return True
+
+    def _supernode_listens(self) -> bool:
+        port = int(self.settings.runtime_api_address.rpartition(":")[2])
+        if check_listener(port, self.settings.supernode_uid):
+            return True
+        if not self._unreachable:
+            _LOG.warning(
+                "executor: nothing listens on %s yet; polling on",
+                self.settings.runtime_api_address,
+            )
+        self._unreachable = True
+        return False
 
     def close(self) -> None:
         """Close the Runtime API client and remove the token folder."""
@@ -418,9 +400,7 @@ class WarmExecutor:
         )
         self.judge(task.fab_hash)
 
-    def _finish(
-        self, token: str, context: Context | None, sub_status: str, details: str
-    ) -> None:
+    def _finish(self, token: str, context: Any, sub_status: str, details: str) -> None:
         client = self._task_client(token)
         try:
             F.push_task_output(client, context, sub_status, details)
@@ -436,14 +416,15 @@ class WarmExecutor:
                 F.RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
                 F.RuntimeTokenHttpInterceptor(token),
             ],
-            retry_invoker=F.make_simple_http_retry_invoker(),
+            retry_invoker=F.unsignalled_retry_invoker(),
         )
 
     # ----------------------------------------------------------- warm path
     def _serve_warm(self, token: str, task: Any, acquired: float) -> None:
         """``run_clientapp``'s steps for one token, in this process."""
         client = self._task_client(token)
-        heartbeat = F.HeartbeatSender(F.make_task_heartbeat_fn_http(client))
+        beat = F.task_heartbeat_fn(client, lambda w: self._mark_failed(task.run_id, w))
+        heartbeat = F.HeartbeatSender(beat)  # rejected: the run's next are refused
         heartbeat.start()
         answer = _Answer()
         message: Message | None = None
@@ -455,7 +436,7 @@ class WarmExecutor:
         called = answered = pulled = 0.0
         steps: list[float] = []
         try:
-            message, context, run, fab = pull_input(client, steps)
+            message, context, run, fab = F.pull_input(client, steps)
             pulled = time.time()
             before = F.context_to_proto(context)
             if fab.hash_str != self.warm_hash or run.fab_hash != self.warm_hash:
@@ -510,7 +491,10 @@ class WarmExecutor:
                 except Exception:  # pylint: disable=broad-except
                     _LOG.exception("executor: failed to push the reply")
                     sub_status, details = F.SubStatus.FAILED, "reply push failed"
-                F.push_task_output(client, context, sub_status, details)
+                try:  # 403/401: the run or the task is over; the next task comes
+                    F.push_task_output(client, context, sub_status, details)
+                except Exception as error:  # pylint: disable=broad-except
+                    self._mark_failed(task.run_id, f"status push failed: {error}")
             heartbeat.stop()
             client.close()
         if message is not None:
