@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 import numpy as np
 
 from tpsl_flwr._util.checks import check_num_classes
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.errors import ConfigError, PrivacyError
 
 if TYPE_CHECKING:
     import dp_accounting
@@ -217,7 +217,15 @@ class Mechanism:
         stream: int,
         additive_dim: int | None,
     ) -> NoisyLabels:
-        """Randomize validated ``labels`` with keyed noise (one word stream per id)."""
+        """Randomize validated ``labels`` with keyed noise (one word stream per id).
+
+        A ``gradient_noise`` mechanism releases no noisy label: it refuses.
+        """
+        if self.gradient_noise:
+            raise PrivacyError(
+                f"{self.name} perturbs gradients per batch (perturb_batch); it has "
+                "no per-label sampler"
+            )
         raise NotImplementedError
 
     def sample_with_prior(

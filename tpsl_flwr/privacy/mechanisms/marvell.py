@@ -52,11 +52,9 @@ from scipy.special import ndtr
 
 from tpsl_flwr._util.checks import check_positive_finite
 from tpsl_flwr.errors import ConfigError, PrivacyError
-from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms.base import (
     BatchReference,
     Mechanism,
-    NoisyLabels,
     register,
 )
 
@@ -252,20 +250,6 @@ class MarvellPerturb(Mechanism):
             )
         object.__setattr__(
             self, "power", check_positive_finite(self.power, "marvell-power")
-        )
-
-    def sample(
-        self,
-        labels: np.ndarray,
-        ids: np.ndarray,
-        key: NoiseKey,
-        stream: int,
-        additive_dim: int | None,
-    ) -> NoisyLabels:
-        """Marvell releases no noisy label: its noise is per batch of gradients."""
-        raise PrivacyError(
-            "marvell perturbs gradients per batch (perturb_batch); it has no "
-            "per-label sampler"
         )
 
     def noise_width(self, dim: int) -> int:

@@ -23,11 +23,9 @@ import dp_accounting
 import numpy as np
 
 from tpsl_flwr.errors import PrivacyError
-from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms.base import (
     BatchReference,
     Mechanism,
-    NoisyLabels,
     register,
 )
 
@@ -64,20 +62,6 @@ class MaxNormPerturb(Mechanism):
     parameter: ClassVar[str | None] = None
     gradient_noise: ClassVar[bool] = True
     dp_guarantee: ClassVar[bool] = False
-
-    def sample(
-        self,
-        labels: np.ndarray,
-        ids: np.ndarray,
-        key: NoiseKey,
-        stream: int,
-        additive_dim: int | None,
-    ) -> NoisyLabels:
-        """Max-norm releases no noisy label: its noise is per batch of gradients."""
-        raise PrivacyError(
-            "max-norm perturbs gradients per batch (perturb_batch); it has no "
-            "per-label sampler"
-        )
 
     def noise_width(self, dim: int) -> int:
         """One normal per sample (the noise is along the sample's gradient)."""
