@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
 import pytest
 
 import tpsl_flwr
+from tpsl_flwr.engines.app_bundle import staged_app
 from tpsl_flwr.engines.executor.fab_match import (
     DEFAULT_WARM_APP,
     code_difference,
     find_installed,
+    install_bundle,
     judge_fab,
     package_digest,
 )
+from tpsl_flwr.engines.executor.flower_seam import build_fab_from_disk
 
 PACKAGE = Path(tpsl_flwr.__file__).resolve().parent
 PYPROJECT = PACKAGE.parent / "pyproject.toml"
@@ -129,3 +133,24 @@ def test_the_bundle_is_held_to_the_code_as_it_was_imported(
         "tpsl_flwr/wire/node_side.py differs from the imported copy"
     )
     assert judge_fab(installed, [DEFAULT_WARM_APP], {DEFAULT_WARM_APP: at_start}).warm
+
+
+def test_a_bundle_installed_before_the_run_is_the_one_flwr_run_ships(
+    tmp_path: Path,
+) -> None:
+    # Prepare: the project's app staged as flwr_run stages it
+    home = tmp_path / "flwr-home"
+    with staged_app(PACKAGE.parent) as staged:
+        shipped = hashlib.sha256(build_fab_from_disk(staged)).hexdigest()
+
+        # Execute: install it before the run, as DeploymentRuntime.run does
+        fab_hash = install_bundle(staged, home)
+        again = install_bundle(staged, home)  # an existing install is kept
+
+    # Assert: the same hash as the bytes flwr run builds (Flower's build is
+    # deterministic), found by that hash, and judged warm at the first task
+    assert fab_hash == shipped == again
+    folder = find_installed(fab_hash, home)
+    assert folder is not None and folder.parent == home / "apps"
+    assert judge_fab(folder, [DEFAULT_WARM_APP]).warm
+    assert find_installed(fab_hash.replace(fab_hash[0], "x", 1), home) is None

@@ -30,10 +30,12 @@ from types import TracebackType
 from typing import Any
 
 from tpsl_flwr._util.private_files import make_private_dir, write_private
+from tpsl_flwr.engines.app_bundle import staged_app
 from tpsl_flwr.engines.deployment import security
 from tpsl_flwr.engines.deployment.certificates import LocalCertificates
 from tpsl_flwr.engines.deployment.fleet_proxy import BYPASS_ENV, FleetProxy, find_nginx
 from tpsl_flwr.engines.deployment.party_workers import WORKER_SOCKET, PartyWorkers
+from tpsl_flwr.engines.executor.fab_match import install_bundle
 from tpsl_flwr.engines.flower_env import (
     check_run_config,
     free_ports,
@@ -408,6 +410,9 @@ class DeploymentRuntime:
         self._runs += 1
         tag = f"run-{self._runs}"
         args = write_run_config(run_config or {}, self.log_dir / f"{tag}-config.toml")
+        if self.executor:  # the first message runs warm too (see install_bundle)
+            with staged_app(app_dir) as staged:  # the files flwr_run bundles
+                install_bundle(staged, Path(str(self.flwr_home)))
         run_id, returncode, output, wall_s = flwr_run(
             app_dir,
             self.connection,

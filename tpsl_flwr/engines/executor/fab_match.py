@@ -19,13 +19,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpsl_flwr.engines.executor.flower_seam import get_flwr_home, get_project_config
+from tpsl_flwr.engines.executor.flower_seam import (
+    build_fab_from_disk,
+    get_flwr_home,
+    get_project_config,
+    install_from_fab,
+)
 
 __all__ = [
     "DEFAULT_WARM_APP",
     "WarmVerdict",
     "code_difference",
     "find_installed",
+    "install_bundle",
     "judge_fab",
     "package_digest",
 ]
@@ -63,6 +69,37 @@ def find_installed(fab_hash: str, flwr_home: Path | None = None) -> Path | None:
     found = sorted((home / APPS_DIR).glob(f"*.{fab_hash[:_HASH_PREFIX]}"))
     found = [path for path in found if path.is_dir()]
     return found[0] if len(found) == 1 else None
+
+
+def install_bundle(app_dir: Path, flwr_home: Path) -> str:
+    """Install the bundle ``flwr run APP_DIR`` ships, as ``flwr-clientapp`` would.
+
+    Flower builds a FAB deterministically from the app's files
+    (``flwr.cli.build.build_fab_from_disk``, fixed zip dates), so the bytes
+    built here are the bytes ``flwr run`` sends, with the same hash. Installed
+    in the SuperNodes' ``FLWR_HOME`` before the run (Flower's own
+    ``install_from_fab``, which keeps an existing install of that hash, as
+    ``flwr-clientapp`` does), the executor finds and judges the bundle when the
+    run's first task arrives, so the first message runs warm too instead of in
+    a stock ``flwr-clientapp`` process (tens of seconds on a loaded machine).
+    A bundle that turns out different (another hash) is simply not found, and
+    its first task runs stock as before.
+
+    Parameters
+    ----------
+    app_dir
+        The app folder ``flwr run`` is given.
+    flwr_home
+        The SuperNodes' ``FLWR_HOME``.
+
+    Returns
+    -------
+    str
+        The bundle's SHA-256 (its FAB hash).
+    """
+    fab = build_fab_from_disk(Path(app_dir))
+    install_from_fab(fab, install_dir=Path(flwr_home), skip_prompt=True)
+    return hashlib.sha256(fab).hexdigest()
 
 
 def _package_root(module: str) -> Path:

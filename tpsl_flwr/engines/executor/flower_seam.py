@@ -39,11 +39,13 @@ __all__ = [
     "SuperExecAuthHttpInterceptor",
     "TaskIdentity",
     "TaskType",
+    "build_fab_from_disk",
     "context_from_proto",
     "context_to_proto",
     "fab_from_proto",
     "get_flwr_home",
     "get_project_config",
+    "install_from_fab",
     "load_app",
     "make_confirm_message_received_fn_protobuf",
     "make_pull_object_fn_protobuf",
@@ -96,6 +98,8 @@ SEAM: dict[str, str] = {
     "get_project_config": "flwr.common.config",
     "context_to_proto": "flwr.common.serde",
     "context_from_proto": "flwr.common.serde",
+    "build_fab_from_disk": "flwr.cli.build",
+    "install_from_fab": "flwr.cli.install",
 }
 """Each Flower symbol the executor uses, by the module it is imported from."""
 
@@ -105,6 +109,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "push_task_output": ("client", "context", "sub_status", "details"),
     "make_task_heartbeat_fn_http": ("client",),
     "load_app": ("module_attribute_str", "error_type", "project_dir"),
+    "build_fab_from_disk": ("app",),
+    "install_from_fab": ("fab_file", "install_dir", "skip_prompt"),
     "pull_and_inflate_object_from_tree": (
         "object_tree",
         "pull_object_fn",
@@ -158,6 +164,8 @@ def _seam_error() -> ImportError:
 
 
 try:
+    from flwr.cli.build import build_fab_from_disk
+    from flwr.cli.install import install_from_fab
     from flwr.clientapp.client_app import LoadClientAppError
     from flwr.common.config import get_flwr_home, get_project_config
     from flwr.common.constant import ErrorCode, SubStatus

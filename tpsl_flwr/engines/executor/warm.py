@@ -16,12 +16,15 @@ the loaded ClientApp across tasks:
   as ``flwr-clientapp`` pushes them; an exception of the ClientApp becomes an
   error reply naming the node and its partition, and the executor serves the
   next task;
-- the first task of a FAB it has not judged runs in a stock
-  ``flwr-clientapp`` process (which installs the FAB); the installed FAB is
-  then judged (:func:`~tpsl_flwr.engines.executor.fab_match.judge_fab`): an
-  allow-listed ClientApp whose code is byte for byte the code imported here
-  runs warm from the next task on, anything else keeps running in stock
-  ``flwr-clientapp`` processes (one log line says why). One FAB at most is
+- a task's FAB is judged as soon as it is installed
+  (:func:`~tpsl_flwr.engines.executor.fab_match.judge_fab`): an allow-listed
+  ClientApp whose code is byte for byte the code imported here runs warm,
+  anything else keeps running in stock ``flwr-clientapp`` processes (one log
+  line says why). A FAB installed before the run (``flwr install``, or
+  :func:`~tpsl_flwr.engines.executor.fab_match.install_bundle`, which the
+  project's own deployments call) runs warm from its first task; otherwise
+  that first task runs in a stock ``flwr-clientapp`` process, which installs
+  it, and the FAB is judged after it. One FAB at most is
   loaded warm; another FAB's tasks run stock, never in the loaded app;
 - a warm ClientApp is told that the same object serves every message
   (``protocol.APP_KEEPS_STATE`` in the context's state): the project's
@@ -287,6 +290,8 @@ class WarmExecutor:
         task = res.task
         acquired = time.time()
         self._supernode_listens()  # the server that handed it out is still ours
+        if task.fab_hash not in self.verdicts:
+            self.judge(task.fab_hash)  # installed before the run: warm at once
         if self.warm_for(task.fab_hash):
             self._serve_warm(res.token, task, acquired)
         else:
