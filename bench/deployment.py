@@ -97,6 +97,11 @@ ENGINES = (
 PIPELINED = "+pipeline"
 """An engine with this in its name runs with ``pipeline-depth = 1``."""
 POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
+SUPERNODE_WAIT = "+supernode-wait="
+"""An engine named ``...+supernode-wait=S`` runs its SuperNodes with Flower's
+0.5 s reply wait shortened to ``S`` (a what-if: ``bench/whatif/``)."""
+WHATIF_ENV = "TPSL_WHATIF_SUPERNODE_POLL"
+WHATIF_DIR = Path(__file__).resolve().parent / "whatif"
 _WORKER = re.compile(r"worker \d+ (\S+) recv ([0-9.]+) sent ([0-9.]+)")
 _EXECUTOR = re.compile(
     r"executor \d+ (\S+) acquired ([0-9.]+) pulled ([0-9.]+) called ([0-9.]+) "
@@ -296,6 +301,12 @@ def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
     saved = os.environ.get(POLL_ENV)
     if poll:
         os.environ[POLL_ENV] = poll  # the SuperNodes inherit it
+    wait = engine.partition(SUPERNODE_WAIT)[2]
+    saved_whatif = {name: os.environ.get(name) for name in (WHATIF_ENV, "PYTHONPATH")}
+    if wait:  # every process the deployment starts inherits both
+        os.environ[WHATIF_ENV] = wait
+        path = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(WHATIF_DIR), *[path or ""]])
     sampler = None
     if deployed:
         timer = LogTimer(logs / "supernode-0.log")
@@ -321,6 +332,10 @@ def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
             os.environ.pop(POLL_ENV)
             if saved is not None:
                 os.environ[POLL_ENV] = saved
+        for name, value in saved_whatif.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
     results["wall_seconds"] = time.perf_counter() - started
     if timer is not None:
         results["node_gaps"] = timer.train_gaps()

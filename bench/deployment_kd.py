@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from cpu_window import KINDS
-from deployment import _med, run_engine
+from deployment import SUPERNODE_WAIT, _med, run_engine
 
 from tpsl_flwr.experiments.config import ExperimentConfig
 
@@ -235,6 +235,14 @@ def main() -> None:
         "--engines", nargs="+", default=list(DEPLOYMENTS), choices=DEPLOYMENTS
     )
     parser.add_argument("--no-inprocess", action="store_true")
+    parser.add_argument(
+        "--supernode-wait",
+        type=float,
+        default=None,
+        metavar="S",
+        help="what-if: also run each deployment with Flower's 0.5 s SuperNode "
+        "reply wait shortened to S seconds (bench/whatif/sitecustomize.py)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="keep outputs here")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -250,9 +258,12 @@ def main() -> None:
         runs += [
             ("in-process", k, d, "float32") for d in args.depth for k in args.steps
         ]
+    engines = list(args.engines)
+    if args.supernode_wait is not None:
+        engines += [f"{e}{SUPERNODE_WAIT}{args.supernode_wait:g}" for e in args.engines]
     runs += [
         (engine, k, d, w)
-        for engine in args.engines
+        for engine in engines
         for w in args.wires
         for d in args.depth
         for k in args.steps
@@ -302,7 +313,7 @@ def main() -> None:
             f"| {r['samples_per_second']:.1f} | {r.get('test_auc', float('nan')):.4f} "
             f"| {ratio} |"
         )
-    print_checks(rows, args.steps, args.wires, args.engines)
+    print_checks(rows, args.steps, args.wires, engines)
     print_parts(rows)
     print_executor_parts(rows)
     print_cpu(rows)
@@ -422,7 +433,11 @@ def print_executor_parts(
     for (_engine, k, d, wire), parts in runs.items():
         gaps = rows[(_engine, k, d, wire)]["node_gaps"]["round_trip"]
         cells = [_med(parts[name]) for name in names]
-        print(f"| K={k}, d={d}, {wire} | {_med(gaps)} | " + " | ".join(cells) + " |")
+        print(
+            f"| {_engine} K={k}, d={d}, {wire} | {_med(gaps)} | "
+            + " | ".join(cells)
+            + " |"
+        )
 
 
 def print_cpu(rows: dict[tuple[str, int, int, str], dict[str, Any]]) -> None:
