@@ -216,16 +216,16 @@ class NonLabelHandlers:
     ) -> str:
         """Why the party a version-only state names is not here, in one line."""
         kept = (
-            f"this node's state of run {context.run_id} (version {version}) was "
-            "kept in the process that served the run's earlier messages (the "
-            f"engine's {P.APP_KEEPS_STATE!r})"
+            f"this node's state (version {version}) was kept in the process that "
+            "served the run's earlier messages (the engine's "
+            f"{P.APP_KEEPS_STATE!r})"
         )
         if cached is None and context.run_id in self._evicted:
             return (
-                f"{kept}, and this process dropped the run's party after serving "
-                f"{KEEP_RUNS} newer runs (it keeps the parties of the {KEEP_RUNS} "
-                "runs used last); resume the run (resume = true), whose hello "
-                "loads the last checkpoint"
+                f"{kept}, and this process dropped run {context.run_id}'s party "
+                f"after serving {KEEP_RUNS} newer runs (it keeps the parties of "
+                f"the {KEEP_RUNS} runs used last); resume the run (resume = "
+                "true), whose hello loads the last checkpoint"
             )
         return (
             f"{kept}, and this process has "
