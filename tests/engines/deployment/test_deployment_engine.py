@@ -140,9 +140,6 @@ def test_simulate_engine_deployment_secure_wiring(tmp_path, monkeypatch, capsys)
     assert runtime.log_dir == out.resolve() / DEPLOYMENT_LOGS
     assert runtime.options["secure"] is True
     assert runtime.options["executor"] is True  # the default: a warm executor
-    assert runtime.options["party_workers"] is False  # ... and no party workers
-    # the workers build their parties for the run config the nodes will see
-    assert runtime.options["worker_run_config"]["dataset"] == "breast-cancer"
     assert runtime.started and runtime.stopped
     # this project's app, the config's run config (absolute out-dir), no seed
     ((app_dir, run_config, _),) = runtime.runs
@@ -191,10 +188,9 @@ def test_no_executor_keeps_the_process_per_message_path(tmp_path, monkeypatch):
     # Act
     assert main(argv) == 0
 
-    # Assert: Flower's flwr-clientapp per message, with the party workers
+    # Assert: Flower's flwr-clientapp per message, nothing else beside it
     options = _StandInRuntime.instances[0].options
-    assert options["executor"] is False
-    assert options["party_workers"] is True
+    assert options == {"secure": False, "executor": False}
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["executor"] is False
 

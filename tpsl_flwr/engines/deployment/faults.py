@@ -80,10 +80,9 @@ def _kill(pids: list[int]) -> None:
 def kill_supernode(runtime: DeploymentRuntime, index: int) -> KilledSupernode:
     """SIGKILL SuperNode ``index`` and every process under it, as a crash would.
 
-    A party worker is a separate service, not under the SuperNode: it keeps
-    running, as it would when only the SuperNode process crashes (the fault
-    tests run without workers; a resume through a surviving worker is not
-    tested).
+    The SuperNode's warm executor is a separate process, not under the
+    SuperNode: it keeps running and polls on, as it would when only the
+    SuperNode process crashes (:func:`kill_executor` ends it).
 
     Parameters
     ----------

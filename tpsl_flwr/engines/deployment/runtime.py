@@ -33,7 +33,6 @@ from tpsl_flwr._util.private_files import make_private_dir, write_private
 from tpsl_flwr.engines.deployment import security
 from tpsl_flwr.engines.deployment.certificates import LocalCertificates
 from tpsl_flwr.engines.deployment.fleet_proxy import BYPASS_ENV, FleetProxy, find_nginx
-from tpsl_flwr.engines.deployment.party_workers import WORKER_SOCKET, PartyWorkers
 from tpsl_flwr.engines.flower_env import (
     check_run_config,
     free_ports,
@@ -129,14 +128,10 @@ class DeploymentRuntime:
         With ``secure``: CA, SuperLink certificate and SuperNode key pairs,
         reused if present for ``num_supernodes``, else created there;
         ``None``: fresh ones in ``log_dir / "certificates"``.
-    party_workers : bool
-        TPSL app only: a party worker per SuperNode, built for
-        ``worker_run_config`` (:mod:`~tpsl_flwr.engines.deployment.party_workers`).
-    worker_run_config : Mapping[str, Any] | None
-        The full run config the nodes will see (app defaults + overrides).
     executor : bool
         A warm executor beside each SuperNode (default); ``False``: Flower's
-        process per message.
+        process per message (``flower-supernode`` with its default
+        isolation: each message in a fresh ``flwr-clientapp`` process).
     executor_args : Sequence[str]
         Extra ``tpsl-flwr executor`` options (e.g. ``--task-timeout 30``).
 
@@ -162,11 +157,8 @@ class DeploymentRuntime:
     connection: str = "tpsl-deployment"
     secure: bool = False
     certificates_dir: Path | None = None
-    party_workers: bool = False
-    worker_run_config: Mapping[str, Any] | None = None
     executor: bool = True
     executor_args: Sequence[str] = ()
-    workers: PartyWorkers | None = field(default=None, init=False)
     executors: list[subprocess.Popen[Any]] = field(default_factory=list, init=False)
     executor_commands: list[list[str]] = field(default_factory=list, init=False)
     certificates: LocalCertificates | None = field(default=None, init=False)
@@ -241,11 +233,6 @@ class DeploymentRuntime:
             self.certificates = security.prepare_certificates(
                 self.log_dir, self.certificates_dir, self.num_supernodes
             )
-        if self.party_workers:  # they load torch and data meanwhile
-            self.workers = PartyWorkers(
-                self.num_supernodes, self.log_dir, self.env, self.worker_run_config
-            )
-            self.workers.start()
         link_port, proxy_port, *node_ports = free_ports(2 + self.num_supernodes)
         self.address = f"127.0.0.1:{link_port}"
         self.fleet_address = self.address
@@ -290,8 +277,6 @@ class DeploymentRuntime:
             }
             if self.node_configs is not None:
                 node_config.update(self.node_configs[i])
-            if self.workers is not None:
-                node_config[WORKER_SOCKET] = str(self.workers.sockets[i])
             logs.append(self.log_dir / f"supernode-{i}.log")
             isolation = []
             if self.executor:
@@ -328,8 +313,6 @@ class DeploymentRuntime:
         self._wait(
             lambda: all(found(x, _EXECUTOR_READY_RE) for x in executor_logs), deadline
         )
-        if self.workers is not None:
-            self._wait(self.workers.ready, deadline)
 
     def executor_log(self, index: int) -> Path:
         """The log of SuperNode ``index``'s executor."""
@@ -439,12 +422,11 @@ class DeploymentRuntime:
         list[int]
             Sorted PIDs that were signalled (empty if nothing was running).
         """
-        ended = [] if self.workers is None else self.workers.stop(self.grace_s)
         procs = list(self._procs) + list(self.executors)
         if self.proxy is not None and self.proxy.process is not None:
             procs.append(self.proxy.process)  # nginx's workers: by parentage
             self.proxy.process = None
-        ended += terminate_launched(self.launch_id, procs, self.grace_s)
+        ended = terminate_launched(self.launch_id, procs, self.grace_s)
         self._procs.clear()
         self.executors.clear()
         # the SuperExec secret outlives no process that used it

@@ -30,7 +30,7 @@ the loaded ClientApp across tasks:
   context; an executor restarted mid-run has no party for it, so the run's
   next message is refused (the stock ``flwr-clientapp`` that serves it finds
   a version and no state) and the run stops, to be resumed from its
-  checkpoints, as with a restarted party worker;
+  checkpoints;
 - a warm task that fails leaves the SuperNode's context as it was and marks
   its run failed here (so does a rejected heartbeat, without Flower's
   ``SIGINT``): the run's later messages are refused, never run on a party
