@@ -516,8 +516,10 @@ def test_deployment_runtime_runs_tpsl_app(tmp_path: Path) -> None:
     # Every process carries the launch marker (the ones started directly too,
     # whose PIDs, once reaped, may already belong to someone else's process)
     assert find_launched_processes(runtime.launch_id) == []
-    assert (tmp_path / "logs" / "superlink.log").exists()
-    assert (tmp_path / "logs" / "supernode-1.log").exists()
+    # every log and run config of the deployment: the label party's own (0600)
+    for name in ("superlink", "supernode-0", "supernode-1", "flwr-run-1"):
+        assert (tmp_path / "logs" / f"{name}.log").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "logs" / "run-1-config.toml").stat().st_mode & 0o777 == 0o600
     # no executor beside the SuperNodes: Flower ran every message itself
     assert not list((tmp_path / "logs").glob("executor-*.log"))
     assert not (tmp_path / "logs" / "executor").exists()  # nor its secret

@@ -27,9 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
-from tpsl_flwr._util.private_files import make_private_dir, write_private
+from tpsl_flwr._util.private_files import make_private_dir, open_private, write_private
 from tpsl_flwr.engines.deployment import security
 from tpsl_flwr.engines.deployment.certificates import LocalCertificates
 from tpsl_flwr.engines.deployment.fleet_proxy import BYPASS_ENV, FleetProxy, find_nginx
@@ -49,10 +49,22 @@ from tpsl_flwr.engines.processes import (
 from tpsl_flwr.engines.superlink_guard import superlink_command
 from tpsl_flwr.wire import protocol as P
 
-__all__ = ["DeploymentRuntime"]
+__all__ = ["DeploymentRuntime", "open_log"]
 
 _SUPERNODE_READY_RE = re.compile(r"SuperNode ID: (\d+)")
 _EXECUTOR_READY_RE = re.compile(r"executor ready for ")
+
+
+def open_log(path: Path) -> TextIO:
+    """A process's log file, opened for writing: mode ``0600`` whatever the umask.
+
+    The logs of a deployment are the label party's (the SuperLink's and the
+    ``flwr run`` logs hold its per-epoch test metrics); the SuperNodes' and
+    executors' are kept the same way. An existing file is truncated.
+    """
+    return open(open_private(path, "replace"), "w", encoding="utf-8")
+
+
 EXECUTOR_SECRET = "superexec-secret"
 """The SuperExec secret's file in ``log_dir / "executor"`` (0700 folder, 0600),
 removed by :meth:`DeploymentRuntime.stop`."""
@@ -438,7 +450,7 @@ class DeploymentRuntime:
         self._procs.append(self._popen(cmd, log_path))
 
     def _popen(self, cmd: list[str], log_path: Path) -> subprocess.Popen[Any]:
-        with log_path.open("w", encoding="utf-8") as log_file:
+        with open_log(log_path) as log_file:
             return subprocess.Popen(
                 cmd,
                 env=self.env,
