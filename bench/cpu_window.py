@@ -30,7 +30,6 @@ KINDS = (
     ("tpsl_flwr.engines.superlink_guard", "flower-superlink"),
     ("flwr-serverapp", "label party (flwr-serverapp)"),
     ("tpsl_flwr.cli executor", "warm executors"),
-    (" party ", "party workers"),
 )
 """(text in the command line, kind) in the order they are matched."""
 CLIENTAPP = KINDS[0][1]

@@ -9,20 +9,18 @@ one after the other, through :func:`~tpsl_flwr.experiments.run.run_experiment`:
   with ``--isolation process`` and a warm executor each (``tpsl-flwr
   executor``: one long-lived process per SuperNode serves its tasks, the
   ClientApp and the party loaded once), ``flwr run`` there;
-- ``deployment+worker``: a fresh ``DeploymentRuntime`` (``flower-superlink``
-  and 2 ``flower-supernode`` on loopback, every message in a fresh
-  ``flwr-clientapp`` process that imports no torch and forwards it to the
-  node's long-lived party worker, ``tpsl-flwr party``), ``flwr run`` there;
-- ``deployment+worker+pipeline``: the same as ``deployment+worker`` with
-  ``pipeline-depth = 1`` (the label party sends message ``k + 1`` before it
-  reads reply ``k``, so a SuperNode that sends a reply finds its next message
-  waiting instead of sleeping 3 s; the bottom models embed one step stale);
-- ``deployment``: the same without workers (each message's process imports
-  torch and rebuilds the party);
+- ``deployment+executor+pipeline``: the same with ``pipeline-depth = 1``
+  (the label party sends message ``k + 1`` before it reads reply ``k``, so a
+  SuperNode that sends a reply finds its next message waiting instead of
+  sleeping; the bottom models embed one step stale);
+- ``deployment``: a fresh ``DeploymentRuntime`` without executors
+  (``--no-executor``: ``flower-superlink`` and 2 ``flower-supernode`` on
+  loopback, every message in a fresh ``flwr-clientapp`` process that imports
+  torch and rebuilds the party from the state carried in its context);
 - ``ray``: ``flwr run`` on Flower's Ray simulation;
 - ``in-process``: the in-process Grid, in this process.
 
-``--poll-interval S ...`` adds ``deployment+worker`` runs with
+``--poll-interval S ...`` adds ``deployment`` runs with
 ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL=S`` in the SuperNodes' environment (the
 SuperExec's wait between two task polls, 1 s by default; Flower reads it).
 
@@ -40,13 +38,12 @@ message; deployment/Ray samples/s >= 0.2 at batch 1024 (``--batch-size 64
 1024`` adds that row; breast-cancer has 456 training rows, so batch 1024 is
 one batch of 456).
 
-Part 2 splits one worker round trip (SuperNode 0's log lines and its
-worker's own receive/answer times, one clock) into: SuperNode idle (reply sent
--> next message received), SuperExec poll and spawn (received -> the
-``flwr-clientapp`` process starts), the process reaching the worker (start ->
-the worker receives), the step in the worker, and the way back (the worker
-answers -> the SuperNode sends the reply). Part 3 measures, here, each
-component of one deployment round trip without a worker:
+Part 2 splits one warm executor round trip (SuperNode 0's log lines and its
+executor's own times, one clock; :func:`executor_breakdown`) into: SuperNode
+receive -> task acquired, the task's input pulled, the ClientApp called, the
+call, the reply pushed, pushed -> the SuperNode sends, and the SuperNode idle
+after. Part 3 measures, here, each component of one deployment round trip
+without an executor:
 the SuperNode's idle poll sleep (its constant read from flwr's
 ``supernode/start_client_internal.py``, and the gap measured in the
 SuperNode log between a reply sent and the next message received), the time a
@@ -88,8 +85,7 @@ from tpsl_flwr.experiments.run import DEPLOYMENT_LOGS, run_experiment
 
 ENGINES = (
     "deployment+executor",
-    "deployment+worker",
-    "deployment+worker+pipeline",
+    "deployment+executor+pipeline",
     "deployment",
     "ray",
     "in-process",
@@ -102,7 +98,6 @@ SUPERNODE_WAIT = "+supernode-wait="
 0.5 s reply wait shortened to ``S`` (a what-if: ``bench/whatif/``)."""
 WHATIF_ENV = "TPSL_WHATIF_SUPERNODE_POLL"
 WHATIF_DIR = Path(__file__).resolve().parent / "whatif"
-_WORKER = re.compile(r"worker \d+ (\S+) recv ([0-9.]+) sent ([0-9.]+)")
 _EXECUTOR = re.compile(
     r"executor \d+ (\S+) acquired ([0-9.]+) pulled ([0-9.]+) called ([0-9.]+) "
     r"answered ([0-9.]+) pushed ([0-9.]+)"
@@ -133,7 +128,7 @@ class LogTimer(threading.Thread):
             if handle is None and self.path.exists():
                 handle = self.path.open("r", encoding="utf-8", errors="replace")
             if handle is not None:
-                now = time.time()  # the worker logs time.time() too
+                now = time.time()  # the executor logs time.time() too
                 pending += handle.read()
                 *lines, pending = pending.split("\n")
                 for line in lines:
@@ -189,42 +184,6 @@ def config(batch: int, spm: int, out_dir: Path) -> ExperimentConfig:
         audit=False,
         out_dir=str(out_dir),
     )
-
-
-def worker_breakdown(
-    events: list[tuple[float, str, str]], worker_log: Path
-) -> dict[str, list[float]]:
-    """Per train message served by worker 0: where its round trip went.
-
-    Matches each worker (recv, sent) pair with the SuperNode's last
-    ``Receiving: train`` and ``Start flwr-clientapp`` before it and its first
-    ``Sending: train`` after it.
-    """
-    served = [
-        (float(m.group(2)), float(m.group(3)))
-        for m in map(_WORKER.search, worker_log.read_text().splitlines())
-        if m is not None and m.group(1) == "train"
-    ]
-    received = [t for t, k, m in events if k == "Receiving" and m == "train"]
-    starts = [t for t, k, _ in events if k == "start"]
-    sent = [t for t, k, m in events if k == "Sending" and m == "train"]
-    parts: dict[str, list[float]] = {
-        "spawn": [],
-        "reach": [],
-        "step": [],
-        "back": [],
-    }
-    for recv, done in served:
-        before = [t for t in received if t <= recv]
-        start = [t for t in starts if t <= recv]
-        after = [t for t in sent if t >= done]
-        if not (before and start and after):
-            continue
-        parts["spawn"].append(start[-1] - before[-1])
-        parts["reach"].append(recv - start[-1])
-        parts["step"].append(done - recv)
-        parts["back"].append(after[0] - done)
-    return parts
 
 
 def executor_breakdown(
@@ -319,7 +278,6 @@ def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
             "deployment" if deployed else engine.replace("in-process", "local"),
             timeout=900,
             overwrite=True,
-            party_workers="+worker" in engine,
             executor="+executor" in engine,
         )
     finally:
@@ -341,10 +299,6 @@ def run_engine(engine: str, cfg: ExperimentConfig) -> dict[str, Any]:
         results["node_gaps"] = timer.train_gaps()
         if sampler is not None:
             results["cpu_per_message"] = cpu_per_message(timer.events, sampler)
-        if "+worker" in engine:
-            results["worker_parts"] = worker_breakdown(
-                timer.events, logs / "party-worker-0.log"
-            )
         if "+executor" in engine:
             results["executor_parts"] = executor_breakdown(
                 timer.events, logs / "executor-0.log"
@@ -471,36 +425,31 @@ def _med(values: list[float]) -> str:
     return f"{statistics.median(values):.2f}" if values else "n/a"
 
 
-def print_worker_parts(
+def print_executor_parts(
     rows: dict[tuple[str, int, int], dict[str, Any]],
     engines: list[str],
     settings: list[tuple[int, int]],
 ) -> None:
-    """Part 2: where one worker round trip goes, per deployment+worker run."""
+    """Part 2: where one warm executor round trip goes, per executor run."""
     print()
     print(
-        "Where one deployment+worker round trip goes (train messages at "
-        "SuperNode 0 and its worker, medians, seconds):"
+        "Where one deployment+executor round trip goes (train messages at "
+        "SuperNode 0 and its executor, medians, seconds):"
     )
     print()
-    print(
-        "| run | round trip | SuperNode idle (sent -> next received) "
-        "| SuperExec poll + spawn (received -> process start) "
-        "| process start -> worker receives | step in the worker "
-        "| worker answers -> SuperNode sends |"
-    )
-    print("|---|---|---|---|---|---|---|")
+    names = ("to acquire", "pull", "checks", "call", "push", "to send", "idle")
+    print("| run | round trip | " + " | ".join(names) + " |")
+    print("|---|---|" + "---|" * len(names))
     for batch, spm in settings:
         for engine in engines:
             r = rows.get((engine, batch, spm), {})
-            if "worker_parts" not in r:
+            if "executor_parts" not in r:
                 continue
-            gaps, parts = r["node_gaps"], r["worker_parts"]
+            gaps, parts = r["node_gaps"], r["executor_parts"]
+            cells = " | ".join(_med(parts[name]) for name in names)
             print(
                 f"| {engine}, batch {batch}, {spm} step(s)/msg "
-                f"| {_med(gaps['round_trip'])} | {_med(gaps['idle'])} "
-                f"| {_med(parts['spawn'])} | {_med(parts['reach'])} "
-                f"| {_med(parts['step'])} | {_med(parts['back'])} |"
+                f"| {_med(gaps['round_trip'])} | {cells} |"
             )
 
 
@@ -517,7 +466,7 @@ def main() -> None:
         "--poll-interval",
         nargs="*",
         default=[],
-        help=f"also deployment+worker with {POLL_ENV}=S (seconds)",
+        help=f"also deployment (no executor) with {POLL_ENV}=S (seconds)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes each")
     parser.add_argument("--out", type=Path, default=None, help="keep outputs here")
@@ -533,7 +482,7 @@ def main() -> None:
     rows: dict[tuple[str, int, int], dict[str, Any]] = {}
     settings = [(b, s) for b in args.batches for s in args.spms if b == 64 or s == 1]
     engines = list(args.engines)
-    engines += [f"deployment+worker poll={p}" for p in args.poll_interval]
+    engines += [f"deployment poll={p}" for p in args.poll_interval]
     for batch, spm in settings:
         for engine in engines:
             tag = f"{engine.replace(' ', '-')}-b{batch}-spm{spm}"
@@ -593,7 +542,7 @@ def main() -> None:
                 f"| {engine}/ray samples/s, batch {batch}, {spm} steps/message "
                 f"| {ratio:.4f} | {target} |"
             )
-    print_worker_parts(rows, engines, settings)
+    print_executor_parts(rows, engines, settings)
 
     spm = min(args.spms)
     if ("deployment", args.batches[0], spm) not in rows:
@@ -608,7 +557,7 @@ def main() -> None:
     )
     print()
     print(
-        "Where one deployment round trip without a worker goes (batch "
+        "Where one deployment round trip without an executor goes (batch "
         f"{args.batches[0]}, {spm} step(s) per message; SuperNode 0's log, train "
         f"messages; fresh-process costs median of {args.repeats}):"
     )

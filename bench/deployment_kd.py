@@ -2,9 +2,9 @@
 
 Part 1 runs the SAME experiment (synthetic-ctr, ``--rows`` rows (20000),
 batch 1024, Laplace eps 1, 2 non-label parties, 1 epoch, seeded noise key,
-audit, validation and checkpoints off) on a local Flower deployment with a
-party worker per SuperNode (``deployment+worker`` of ``bench/deployment.py``:
-``flower-superlink`` + 2 ``flower-supernode`` on loopback) for every K
+audit, validation and checkpoints off) on a local Flower deployment
+(``flower-superlink`` + 2 ``flower-supernode`` on loopback, the engines of
+``bench/deployment.py``) for every K
 (``--steps``, default 1 8), pipeline depth d (``--depth``, default 1 2) and
 wire dtype (``--wire-dtype``, default float32), and on Flower's Ray
 simulation (d = 0, float32) for each K. Columns: samples/s (the results'),
@@ -13,10 +13,10 @@ mean, ``round_trip_seconds``: train messages, the gradient-only ones of a
 pipelined run and the test query), ``node median``: the median gap between
 two messages arriving at SuperNode 0 (its log lines, timed as written: the
 steady-state message time, free of the epoch's fill and drain), test AUC,
-and deployment/Ray samples/s. Then where a train message goes (SuperNode 0
-and its worker, medians): SuperNode idle, SuperExec poll + spawn of the
-per-message ``flwr-clientapp``, that process reaching the worker, the step in
-the worker, the way back. Then the CPU seconds per train message of each kind
+and deployment/Ray samples/s. Then where a train message goes without the
+executor (SuperNode 0, medians): SuperNode idle, the SuperNode holding the
+message, and within that its SuperExec's poll and spawn of the per-message
+``flwr-clientapp``. Then the CPU seconds per train message of each kind
 of process on the machine (``bench/cpu_window.py``: ``/proc`` sampled every
 0.2 s, SuperNode 0's first to last train message), the cores busy, and the
 floor they set: the machine's CPU seconds per message over its CPU count, the
@@ -24,15 +24,16 @@ least wall time a message can take however messages overlap.
 
 Part 2 times OUR code's share of one train message in this process, K = 1
 vs each K, for each wire dtype (median of ``--repeats``): the label party
-building the message, Flower's protobuf encoding of it (what the forwarding
-ClientApp sends the worker) and decoding (the worker), the node's handler (K
-embeds and K gradient steps + the state save), the reply's encoding and
+building the message, Flower's protobuf encoding of it (what crosses between
+the label party's and the node's processes) and decoding, the node's handler
+(K embeds and K gradient steps + the state save), the reply's encoding and
 decoding, the label party reading the embeddings, and the bytes each way.
 
 Each deployment engine of ``--engines`` runs every (K, d, wire):
 ``deployment+executor`` (default: ``--isolation process`` and a warm executor
-per SuperNode, ``tpsl-flwr executor``) and ``deployment+worker`` (Flower's
-``flwr-clientapp`` per message, forwarding to a party worker). For the
+per SuperNode, ``tpsl-flwr executor``) and ``deployment`` (``--no-executor``:
+Flower's ``flwr-clientapp`` per message, the node's state carried in its
+context). For the
 executor, where a train message goes is read from its log: SuperNode receive
 -> task acquired, pull of the task input, our checks, the ClientApp call, the
 push, pushed -> the SuperNode sends (its reply-wait poll), SuperNode idle.
@@ -45,7 +46,7 @@ Earlier (issue 22): message time K = 8 vs K = 1 at d = 1 <= 1.25.
 
 Usage: ``python bench/deployment_kd.py [--rows 20000] [--steps 1 8]
 [--depth 1 2] [--wire-dtype float32 float16] [--engines deployment+executor
-deployment+worker] [--repeats 5] [--no-ray]``. About 12 minutes on a loaded
+deployment] [--repeats 5] [--no-ray]``. About 12 minutes on a loaded
 2-core machine (each deployment run 1-4 min).
 """
 
@@ -73,7 +74,7 @@ ROUND_TRIP_TARGET = 0.5
 RAY_RATIO_TARGET = 0.3
 CPU_TARGET = 1.0
 AUC_TOLERANCE = 0.002
-DEPLOYMENTS = ("deployment+executor", "deployment+worker")
+DEPLOYMENTS = ("deployment+executor", "deployment")
 
 
 def config(rows: int, k: int, depth: int, wire: str, out: Path) -> ExperimentConfig:
@@ -394,24 +395,29 @@ def _checks(
 
 
 def print_parts(rows: dict[tuple[str, int, int, str], dict[str, Any]]) -> None:
-    """Where a deployment train message goes, per run (medians, seconds)."""
-    print()
-    print("Where a deployment train message goes (SuperNode 0 and its worker, s):")
+    """Where a train message goes without the executor (SuperNode 0, medians, s)."""
+    runs = {
+        key: r["node_gaps"]
+        for key, r in rows.items()
+        if key[0] == "deployment" and "node_gaps" in r
+    }
+    if not runs:
+        return
     print()
     print(
-        "| run | node median | SuperNode idle | SuperExec poll + spawn "
-        "| process start -> worker | step in the worker | worker -> SuperNode sends |"
+        "Where a deployment train message goes without the executor (SuperNode 0, s):"
     )
-    print("|---|---|---|---|---|---|---|")
-    for (_engine, k, d, wire), r in rows.items():
-        if "worker_parts" not in r:  # deployment+worker only
-            continue
-        gaps, parts = r["node_gaps"], r["worker_parts"]
+    print()
+    print(
+        "| run | node median | SuperNode idle | SuperNode holds the message "
+        "| received -> `flwr-clientapp` starts |"
+    )
+    print("|---|---|---|---|---|")
+    for (_engine, k, d, wire), gaps in runs.items():
         print(
             f"| K={k}, d={d}, {wire} | {_med(gaps['round_trip'])} "
-            f"| {_med(gaps['idle'])} | {_med(parts['spawn'])} "
-            f"| {_med(parts['reach'])} | {_med(parts['step'])} "
-            f"| {_med(parts['back'])} |"
+            f"| {_med(gaps['idle'])} | {_med(gaps['held'])} "
+            f"| {_med(gaps['to_process'])} |"
         )
 
 

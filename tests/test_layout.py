@@ -34,7 +34,7 @@ strategies    TPSLStrategy: the label party inside Flower
 engines       in-process grid, Flower launchers, the local deployment, warm executor
 testing       the strategy harness and CTR file generators
 experiments   the run config, one run on an engine, sweeps, reports
-simulations   the built-in ServerApp and ClientApp, party worker and actor
+simulations   the built-in ServerApp and ClientApp, the Ray party actor
 cli           tpsl-flwr, one module per command
 __init__      the public surface (imports its names lazily)
 """

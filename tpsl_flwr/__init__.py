@@ -70,7 +70,6 @@ MOVED: dict[str, str] = {
     "tpsl_flwr.engines.deployment_security": "tpsl_flwr.engines.deployment.security",
     "tpsl_flwr.engines.fleet_proxy": "tpsl_flwr.engines.deployment.fleet_proxy",
     "tpsl_flwr.engines.flower_run": "tpsl_flwr.experiments.ray_run",
-    "tpsl_flwr.engines.party_workers": "tpsl_flwr.engines.deployment.party_workers",
     "tpsl_flwr.evaluation": "tpsl_flwr.metrics.evaluation",
     "tpsl_flwr.experiments.sweep_axes": "tpsl_flwr.experiments.sweep.axes",
     "tpsl_flwr.experiments.sweep_config": "tpsl_flwr.experiments.sweep.config",

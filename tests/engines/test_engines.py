@@ -473,15 +473,17 @@ def test_flwr_run_simulation_runs_tpsl_app(tmp_path: Path) -> None:
 def test_deployment_runtime_runs_tpsl_app(tmp_path: Path) -> None:
     # Prepare: Flower's process-per-message path (no warm executor; the warm
     # one is tests/engines/executor/ and the secure deployment test): every
-    # message costs a fresh `flwr-clientapp` process per node (forwarding to
-    # the node's party worker) plus the SuperNodes' 3 s polls,
-    # so keep it to 3 round trips: hello, one train message carrying all 4
-    # steps (batch 128, steps-per-message 4), and the test-embedding query.
+    # message costs a fresh `flwr-clientapp` process per node, which runs the
+    # ClientApp with the node's state carried in its context, plus the
+    # SuperNodes' 3 s polls, so keep it to 3 round trips: hello, one train
+    # message carrying all 4 steps (batch 128, steps-per-message 4), and the
+    # test-embedding query (on the trained bottom models: the same test AUC
+    # as in-process only if the state crossed from process to process).
     out_dir = tmp_path / "out"
     config = _tpsl_config(out_dir, **{"steps-per-message": 4})
     failing = _tpsl_config(tmp_path / "failing", epsilon=0.0)  # ConfigError
     runtime = DeploymentRuntime(
-        2, tmp_path / "logs", startup_timeout=120, party_workers=True, executor=False
+        2, tmp_path / "logs", startup_timeout=120, executor=False
     )
     start = time.perf_counter()
 
@@ -514,11 +516,13 @@ def test_deployment_runtime_runs_tpsl_app(tmp_path: Path) -> None:
     # Every process carries the launch marker (the ones started directly too,
     # whose PIDs, once reaped, may already belong to someone else's process)
     assert find_launched_processes(runtime.launch_id) == []
-    assert (tmp_path / "logs" / "superlink.log").exists()
-    assert (tmp_path / "logs" / "supernode-1.log").exists()
-    # the party workers served the run (same results as in-process, above)
-    served = (tmp_path / "logs" / "party-worker-1.log").read_text()
-    assert " train recv " in served and " query recv " in served
+    # every log and run config of the deployment: the label party's own (0600)
+    for name in ("superlink", "supernode-0", "supernode-1", "flwr-run-1"):
+        assert (tmp_path / "logs" / f"{name}.log").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "logs" / "run-1-config.toml").stat().st_mode & 0o777 == 0o600
+    # no executor beside the SuperNodes: Flower ran every message itself
+    assert not list((tmp_path / "logs").glob("executor-*.log"))
+    assert not (tmp_path / "logs" / "executor").exists()  # nor its secret
 
 
 def test_inprocess_bad_reply_becomes_error_reply() -> None:

@@ -141,7 +141,6 @@ def _every_field():
         "evaluation_labels": "/somewhere/evaluation-train-labels.npy",
         "flower_wall_seconds": 3.0,
         "round_trip_seconds": 0.01,
-        "party_workers": True,
         "executor": False,
     }
 

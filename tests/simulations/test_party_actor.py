@@ -158,7 +158,8 @@ def test_a_party_actor_answers_as_the_node_app_and_refuses_a_fresh_model(
     assert out["arrays_in_state"] == 0
     # its actor gone: an error, then a refusal, never a fresh model
     assert (
-        out["after_kill"].startswith("WorkerError") and "is gone" in out["after_kill"]
+        out["after_kill"].startswith("PartyActorError")
+        and "is gone" in out["after_kill"]
     )
     assert "did not train this node" in out["fresh_actor"]
 

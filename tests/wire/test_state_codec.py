@@ -16,7 +16,7 @@ from tpsl_flwr.models import BottomModel
 from tpsl_flwr.simulations.client_app import builtin_party
 from tpsl_flwr.wire import node_side as client_app_module
 from tpsl_flwr.wire import protocol as P
-from tpsl_flwr.wire.node_side import STATE_KEY, NonLabelHandlers
+from tpsl_flwr.wire.node_side import KEEP_RUNS, STATE_KEY, NonLabelHandlers
 from tpsl_flwr.wire.state_codec import UnsupportedStateError, decode_state, encode_state
 
 
@@ -227,7 +227,7 @@ def test_a_kept_state_another_app_object_lacks_fails_closed() -> None:
     warm._save(warm._party(context), context)
 
     # Execute / Assert: no fresh party silently replaces the trained one.
-    with pytest.raises(ProtocolError, match=r"version 0.*has none"):
+    with pytest.raises(ProtocolError, match=r"version 0.*has none.*restarted since"):
         NonLabelHandlers(builtin_party)._party(context)
 
 
@@ -272,3 +272,76 @@ def test_a_fresh_context_never_gets_another_runs_party() -> None:
 
     # Assert: B's node is built from B's context, not taken from A.
     assert party_b is not party_a
+
+
+def _kept_context(cfg: ExperimentConfig, run_id: int, node_id: int) -> Context:
+    context = Context(
+        run_id=run_id,
+        node_id=node_id,
+        node_config={"partition-id": node_id % 2, "num-partitions": 2},
+        state=RecordDict({P.APP_KEEPS_STATE: ConfigRecord({"same-object": True})}),
+        run_config=cfg.to_run_config(),
+    )
+    return context
+
+
+def test_a_run_dropped_from_the_cache_says_so_and_names_resume() -> None:
+    # Prepare: one long-lived handler object (the warm executor's) serves a
+    # run, then KEEP_RUNS newer runs, one message each.
+    cfg = ExperimentConfig(dataset="breast-cancer", noise_seed=0)
+    handlers = NonLabelHandlers(builtin_party)
+    runs = [_kept_context(cfg, run_id, 7) for run_id in range(1, KEEP_RUNS + 2)]
+    parties = []
+    for context in runs:
+        parties.append(handlers._party(context))
+        handlers._save(parties[-1], context)
+
+    # Execute / Assert: the first run's next message is refused, saying why.
+    with pytest.raises(ProtocolError) as refused:
+        handlers._party(runs[0])
+    reason = str(refused.value)
+    assert reason.startswith("this node's state (version 0) was kept in the process")
+    assert f"dropped run 1's party after serving {KEEP_RUNS} newer runs" in reason
+    assert "resume the run (resume = true)" in reason
+    assert "restarted" not in reason  # it was not: the cache let it go
+    # ... and the KEEP_RUNS newer runs still find their own live parties.
+    assert [handlers._party(c) for c in runs[1:]] == parties[1:]
+
+
+def test_one_object_keeps_every_node_of_a_run_beyond_keep_runs() -> None:
+    # Prepare: the in-process engine calls one object for all nodes of a run;
+    # more nodes than KEEP_RUNS must not push each other out.
+    cfg = ExperimentConfig(dataset="breast-cancer", noise_seed=0)
+    handlers = NonLabelHandlers(builtin_party)
+    nodes = [_kept_context(cfg, 1, node_id) for node_id in range(KEEP_RUNS + 2)]
+    parties = []
+    for context in nodes:
+        parties.append(handlers._party(context))
+        handlers._save(parties[-1], context)
+
+    # Execute
+    again = [handlers._party(context) for context in nodes]
+
+    # Assert: every node finds its own live party, none rebuilt or refused.
+    assert all(a is b for a, b in zip(again, parties, strict=True))
+
+
+def test_more_nodes_than_keep_runs_train_in_process(tmp_path) -> None:
+    # Prepare: KEEP_RUNS + 1 nodes on the in-process engine, state kept in
+    # the app object (the engine's default).
+    cfg = ExperimentConfig(
+        dataset="breast-cancer",
+        num_parties=KEEP_RUNS + 1,
+        epochs=1,
+        batch_size=64,
+        noise_seed=0,
+        checkpoint=False,
+        out_dir=str(tmp_path),
+    )
+
+    # Execute
+    results, _grid = run_inprocess_experiment(cfg, seed=3)
+
+    # Assert: the run completed and learned (breast cancer: AUC well above 0.5).
+    assert len(results["history"]) == 1
+    assert results["test_auc"] > 0.9

@@ -73,7 +73,7 @@ def make_private_dir(path: str | Path, *, check: bool = True) -> Path:
 
 
 def open_private(path: str | Path, how: str = "replace") -> int:
-    """A descriptor for writing ``path``; a file it creates is mode ``0600``.
+    """A descriptor for writing ``path``; a file it creates or replaces is ``0600``.
 
     For what a process keeps open (a log, a lock); whole files go through
     :func:`write_private` or :func:`write_atomic`.
@@ -84,8 +84,9 @@ def open_private(path: str | Path, how: str = "replace") -> int:
         The file.
     how
         ``"new"``: refuse an existing file (``FileExistsError``);
-        ``"replace"``: truncate one; ``"lock"``: read and write, keep its
-        content.
+        ``"replace"``: truncate one (and take group/other access off it: an
+        earlier run's log may have been written under a looser umask);
+        ``"lock"``: read and write, keep its content.
 
     Examples
     --------
@@ -95,7 +96,10 @@ def open_private(path: str | Path, how: str = "replace") -> int:
     >>> oct(path.stat().st_mode & 0o777)
     '0o600'
     """
-    return os.open(path, _OPEN_FLAGS[how], FILE_MODE)
+    fd = os.open(path, _OPEN_FLAGS[how], FILE_MODE)
+    if how == "replace":
+        os.fchmod(fd, FILE_MODE)
+    return fd
 
 
 def private_folder(path: str | Path) -> Path:

@@ -126,19 +126,12 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--secure", action="store_true", help=SECURE_HELP)
     group.add_argument(
-        "--no-party-workers",
-        dest="party_workers",
-        action="store_false",
-        help="--engine deployment --no-executor: no party worker beside each "
-        "SuperNode (every message then runs in full in a fresh flwr-clientapp "
-        "process; slower)",
-    )
-    group.add_argument(
         "--no-executor",
         dest="executor",
         action="store_false",
         help="--engine deployment: no warm executor beside each SuperNode; Flower "
-        "runs every message in a fresh flwr-clientapp process (slower)",
+        "runs every message in a fresh flwr-clientapp process, the node's state "
+        "carried in its context (slower)",
     )
 
 

@@ -16,7 +16,6 @@ One module per sub-command, parser and handler together:
 * ``ledger`` — the privacy ledger: every release of each label set, totals;
   ``ledger acknowledge`` for a further release (:mod:`~tpsl_flwr.release.ledger`).
 * ``attack`` — the black-box attacks on a recorded transcript, offline.
-* ``party`` — serve one node's messages from a long-lived party worker.
 * ``executor`` — serve a SuperNode's ClientApp tasks from one warm process
   (:mod:`tpsl_flwr.engines.executor.warm`).
 
@@ -38,7 +37,6 @@ from tpsl_flwr.cli import (
     flower_run,
     keygen,
     ledger,
-    party,
     simulate,
     sweep,
 )
@@ -56,7 +54,6 @@ COMMANDS = (
     keygen,
     ledger,
     attack,
-    party,
     executor,
 )
 """The sub-command modules, in the order ``--help`` lists them."""

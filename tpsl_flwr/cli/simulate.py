@@ -71,7 +71,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         echo=None if quiet else sys.stdout,
         overwrite=args.overwrite,
         secure=getattr(args, "secure", False),
-        party_workers=getattr(args, "party_workers", True),
         executor=getattr(args, "executor", True),
     )
     write_json(results, args.json)

@@ -24,8 +24,9 @@ Real Flower processes, launched through Flower's CLI and ended by PID:
 * :mod:`~tpsl_flwr.engines.deployment.runtime`: a ``flower-superlink`` plus one
   ``flower-supernode`` per party on loopback, optionally over TLS with
   registered SuperNodes (:mod:`~tpsl_flwr.engines.deployment.security`,
-  :mod:`~tpsl_flwr.engines.deployment.certificates`), with a party worker beside each
-  SuperNode on request (:mod:`~tpsl_flwr.engines.deployment.party_workers`);
+  :mod:`~tpsl_flwr.engines.deployment.certificates`), with a warm executor
+  beside each SuperNode (:mod:`~tpsl_flwr.engines.executor.warm`) unless
+  told to let Flower run a process per message;
 * :mod:`~tpsl_flwr.engines.superlink_guard`: both launchers' SuperLink, which
   answers only the label party's OS user (a peer-uid check of each request);
 * :mod:`~tpsl_flwr.engines.launch`: the public launcher names of the modules

@@ -25,6 +25,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 from flwr.common.config import flatten_dict
 
+from tpsl_flwr._util.private_files import FILE_MODE, write_atomic
 from tpsl_flwr.errors import ConfigError
 
 __all__ = [
@@ -154,10 +155,14 @@ def check_run_config(app_dir: Path, run_config: Mapping[str, Any]) -> None:
 
 
 def write_run_config(run_config: Mapping[str, Any], path: Path) -> list[str]:
-    """Write ``run_config`` to ``path`` (TOML) and return the CLI arguments."""
+    """Write ``run_config`` to ``path`` (TOML, 0600) and return the CLI arguments.
+
+    Mode ``0600`` whatever the umask, as every log of a launch: it sits in
+    the label party's folders and names them.
+    """
     if not run_config:
         return []
-    path.write_text(tomli_w.dumps(dict(run_config)), encoding="utf-8")
+    write_atomic(path, tomli_w.dumps(dict(run_config)), mode=FILE_MODE)
     return ["--run-config", str(path)]
 
 

@@ -158,7 +158,6 @@ PUBLIC_FIELDS: Fields = {
     "seconds": None,
     "flower_wall_seconds": None,
     "round_trip_seconds": None,
-    "party_workers": None,
     "executor": None,
 }
 """The one allow-list of :func:`public_summary`.

@@ -80,8 +80,9 @@ def builtin_checkpoint_dir(context: Context) -> Path | None:
 def make_node_app(factory: PartyFactory = builtin_party) -> ClientApp:
     """The node's ClientApp over ``factory``: the one assembly of handlers and mods.
 
-    The party worker builds its app here too (with a factory that hands out
-    the party it built before the first message), so both run the same code.
+    A party actor builds its app here too
+    (:class:`~tpsl_flwr.simulations.party_actor.ActorNode`), so every engine
+    runs the same code.
     """
     return make_client_app(
         factory,

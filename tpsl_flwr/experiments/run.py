@@ -98,7 +98,6 @@ def run_experiment(
     timeout: float = 3600.0,
     overwrite: bool | None = None,
     secure: bool = False,
-    party_workers: bool = True,
     executor: bool = True,
 ) -> dict[str, Any]:
     """Run the experiment ``cfg`` on ``engine``; return its results JSON.
@@ -137,16 +136,13 @@ def run_experiment(
     secure
         ``deployment`` only: TLS and authenticated SuperNodes (local
         certificates, loopback); ignored by the other engines.
-    party_workers
-        ``deployment`` with ``executor=False`` only: a long-lived party worker
-        beside each SuperNode (:mod:`~tpsl_flwr.engines.deployment.party_workers`);
-        ``False``: every message runs in full in its own ``flwr-clientapp``
-        process.
     executor
         ``deployment`` only: each SuperNode runs with ``--isolation process``
         and a warm executor beside it (:mod:`~tpsl_flwr.engines.executor.warm`),
-        which keeps the ClientApp and the party loaded (default; no party
-        workers then); ``False``: Flower's process per message.
+        which keeps the ClientApp and the party loaded (default); ``False``:
+        Flower's process per message, each ``flwr-clientapp`` running the
+        ClientApp with the node's state carried in its context
+        (:mod:`~tpsl_flwr.wire.state_codec`).
 
     Returns
     -------
@@ -210,7 +206,6 @@ def run_experiment(
             secure=secure,
             echo=echo,
             timeout=timeout,
-            workers=party_workers and not executor,
             executor=executor,
         )
     from tpsl_flwr._util.allocator import tune_allocator
@@ -333,12 +328,10 @@ def _run_on_deployment(
     secure: bool,
     echo: TextIO | None,
     timeout: float,
-    workers: bool = True,
     executor: bool = True,
 ) -> dict[str, Any]:
     """``flwr run`` of the app on a fresh local deployment; its results JSON."""
     from tpsl_flwr.engines.deployment.runtime import DeploymentRuntime
-    from tpsl_flwr.engines.flower_env import app_config
     from tpsl_flwr.engines.processes import FlowerLaunchError
     from tpsl_flwr.experiments.audience import PUBLIC_SUMMARY, write_public
     from tpsl_flwr.experiments.experiment import RESULTS_FILE
@@ -356,8 +349,6 @@ def _run_on_deployment(
             cfg.num_parties,
             out_dir / DEPLOYMENT_LOGS,
             secure=secure,
-            party_workers=workers,
-            worker_run_config={**app_config(app), **run_config},
             executor=executor,
         ) as runtime:
             # Every node of this deployment was started here, by the label
@@ -382,7 +373,6 @@ def _run_on_deployment(
             )
     results: dict[str, Any] = json.loads(results_path.read_text())
     results["engine"] = "deployment"
-    results["party_workers"] = workers
     results["executor"] = executor
     results["flower_wall_seconds"] = run.wall_s
     results["round_trip_seconds"] = round_trip_seconds(results)

@@ -1,23 +1,17 @@
 """The project's ClientApp (the FAB's ``clientapp``): light to import, no torch.
 
-On Flower's deployment runtime every message runs in a fresh
-``flwr-clientapp`` process that imports this module, so it imports only
-Flower and this package's light modules. Each message then goes:
+On Flower's deployment runtime without the warm executor, every message runs
+in a fresh ``flwr-clientapp`` process that imports this module, so it imports
+only Flower and this package's light modules. Each message then goes:
 
-- to the node's **party worker** when the node config names its socket
-  (``worker-socket``, e.g. ``flower-supernode --node-config "partition-id=0
-  num-partitions=2 worker-socket='/run/tpsl/party-0.sock'"``): the worker
-  (``tpsl-flwr party``, :mod:`tpsl_flwr.simulations.party_worker`) keeps
-  torch, the data, the party and the node's state loaded and runs the same
-  ClientApp (:data:`tpsl_flwr.simulations.node_app.app`); this process
-  forwards the message and returns the worker's reply content
-  (:func:`~tpsl_flwr.wire.worker_link.ask_worker`);
 - on Flower's Ray simulation with the run config's ``party-actors = true``,
   to the node's party actor (:mod:`tpsl_flwr.simulations.party_actor`): the
-  same handler in one Ray actor per node that keeps the node's state;
+  same ClientApp in one Ray actor per node that keeps the node's state;
 - otherwise to :data:`tpsl_flwr.simulations.node_app.app` in this process
-  (imported on the first message), as before: the in-process engine, Ray and
-  a deployment without workers behave exactly as they did.
+  (imported on the first message): the in-process engine, Ray, the warm
+  executor (which keeps this object, and with it the party, across messages)
+  and Flower's process per message (the node's state then travels in
+  ``context.state``, :mod:`tpsl_flwr.wire.state_codec`).
 
 A node's process parses only its own feature columns and ids, never a label;
 the handlers and the protocol are :mod:`tpsl_flwr.wire.node_side`.
@@ -36,7 +30,6 @@ from tpsl_flwr.simulations.party_actor import (
     ask_party_actor,
     party_actors_on,
 )
-from tpsl_flwr.wire.worker_link import WORKER_SOCKET, ask_worker
 
 __all__ = ["PARTY_ACTORS", "ForwardingClientApp", "app", "party_actors_on"]
 
@@ -44,13 +37,14 @@ _NODE_APP = "tpsl_flwr.simulations.node_app"
 
 
 class ForwardingClientApp(ClientApp):
-    """A ClientApp that hands each message to a party worker or to ``target``.
+    """A ClientApp that hands each message to a party actor or to ``target``.
 
     Parameters
     ----------
     target
         ``"module:attribute"`` of the ClientApp that handles messages here
-        when the node config names no ``worker-socket``; imported on first use.
+        when the run config has no ``party-actors = true``; imported on first
+        use.
     """
 
     def __init__(self, target: str) -> None:
@@ -66,15 +60,10 @@ class ForwardingClientApp(ClientApp):
         return self._app
 
     def __call__(self, message: Message, context: Context) -> Message:
-        """Forward to the node's worker or party actor, else run locally."""
-        path = context.node_config.get(WORKER_SOCKET)
-        if path:
-            content = ask_worker(str(path), message, context)
-        elif party_actors_on(context.run_config):
-            content = ask_party_actor(message, context)
-        else:
-            return self.local_app()(message, context)
-        return Message(content, reply_to=message)
+        """Forward to the node's party actor, else run locally."""
+        if party_actors_on(context.run_config):
+            return Message(ask_party_actor(message, context), reply_to=message)
+        return self.local_app()(message, context)
 
 
 app = ForwardingClientApp(f"{_NODE_APP}:app")

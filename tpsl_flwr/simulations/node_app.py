@@ -1,10 +1,11 @@
 """The node's ClientApp with torch: the wire's node handlers over the built-in data.
 
-This is what runs a non-label node's messages: in the per-message process when
-there is no party worker, or inside the party worker
-(:mod:`tpsl_flwr.simulations.party_worker`). Flower loads
+This is what runs a non-label node's messages: in the warm executor's one
+process (:mod:`tpsl_flwr.engines.executor.warm`), in Flower's per-message
+``flwr-clientapp`` process, or in a node's party actor on Ray
+(:mod:`tpsl_flwr.simulations.party_actor`). Flower loads
 :mod:`tpsl_flwr.simulations.client_app`, which imports no torch and hands each
-message to this app or to the worker.
+message to this app or to the party actor.
 
 A node's process parses only its own feature columns and ids
 (:meth:`~tpsl_flwr.experiments.config.ExperimentConfig.load_party`), never a

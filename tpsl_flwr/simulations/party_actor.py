@@ -14,14 +14,14 @@ message to the node's **party actor** instead: a named Ray actor
 message on the same Ray node as the ClientApp actor that met it (Ray's node
 affinity: the data path must be valid on the host that runs the node's
 messages, as without party actors), and kept for the run. It runs the message
-through the party worker's handler
-(:class:`~tpsl_flwr.simulations.party_worker.PartyWorker`, the same
-ClientApp as every engine) and keeps the node's state in its own memory, so
-only the message and the reply cross: ids, perturbed gradients, embeddings.
+through the node's ClientApp (:class:`ActorNode`: the same ClientApp as every
+engine, :func:`~tpsl_flwr.experiments.node_party.make_node_app`) and keeps the
+node's state in its own memory, so only the message and the reply cross: ids,
+perturbed gradients, embeddings.
 
-It is the deployment runtime's party worker, on Ray: one process per node,
-which never sees a label, the noise key or another node's columns, and keeps
-the node's party in memory without encoding it (``APP_KEEPS_STATE``). It
+It is one process per node, as the deployment's warm executor is, which never
+sees a label, the noise key or another node's columns, and keeps the node's
+party in memory without encoding it (``APP_KEEPS_STATE``). It
 reserves no CPU (``num_cpus=0``): it computes while the ClientApp actor that
 created it waits, inside that actor's reservation, with as many torch threads
 as that actor has CPUs; Ray neither counts nor limits its memory (one process
@@ -38,6 +38,9 @@ old one ended) refuses the message.
 from __future__ import annotations
 
 import functools
+import logging
+import time
+from collections import OrderedDict
 from typing import Any
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -47,15 +50,16 @@ from flwr.proto.recorddict_pb2 import (  # pylint: disable=E0611
     RecordDict as ProtoRecordDict,
 )
 
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.protocol import parse_bool
-from tpsl_flwr.wire.worker_link import WorkerError
 
 __all__ = [
     "PARTY_ACTORS",
     "STATE_KEY",
+    "ActorNode",
     "PartyActor",
+    "PartyActorError",
     "actor_name",
     "ask_party_actor",
     "party_actors_on",
@@ -63,6 +67,13 @@ __all__ = [
 
 PARTY_ACTORS = "party-actors"
 """Run-config key: each node's party in one Ray actor (ray imported on use)."""
+
+_LOG = logging.getLogger("tpsl_flwr.party_actor")
+_KEEP_RUNS = 4
+
+
+class PartyActorError(ProtocolError):
+    """The node's party actor refused, failed or is gone."""
 
 
 def party_actors_on(run_config: Any) -> bool:
@@ -104,8 +115,109 @@ def actor_name(run_id: int, partition: int, partitions: int) -> str:
     return f"tpsl-party-{run_id}-{partition}-of-{partitions}"
 
 
+class ActorNode:
+    """Runs a node's messages through the node's ClientApp, keeping its contexts.
+
+    The node's state lives here, not in the node's Flower context: one
+    ClientApp object serves every message, so the context says so
+    (``protocol.APP_KEEPS_STATE``, as the in-process engine's) and the party
+    stays in the app object. A run's first message here must be its hello: a
+    fresh actor refuses the run's next message rather than continue from a
+    freshly built party. A failed message leaves the context as it was and
+    drops the app object's party, so the run's next message fails too, never
+    meeting a half-updated party. Every message is logged with the times it
+    was received and answered (``actor <partition> <type> recv <t> sent <t>``,
+    ``time.time()`` seconds).
+
+    Parameters
+    ----------
+    partition_id, num_partitions
+        The node this actor serves; a message from a node with another
+        ``partition-id``/``num-partitions`` is refused.
+    """
+
+    def __init__(self, partition_id: int, num_partitions: int) -> None:
+        from tpsl_flwr.simulations import node_app
+
+        self.partition_id = partition_id
+        self.num_partitions = num_partitions
+        self._node_app = node_app
+        self.contexts: OrderedDict[int, Context] = OrderedDict()
+        self.app = node_app.make_node_app()
+        _warm_torch()
+
+    def _context(self, context: Context, hello: bool) -> Context:
+        node = context.node_config
+        got = (
+            P.as_int(node.get(P.PARTITION_ID, -1), "partition-id"),
+            P.as_int(node.get(P.NUM_PARTITIONS, -1), "num-partitions"),
+        )
+        if got != (self.partition_id, self.num_partitions):
+            raise ProtocolError(
+                f"this actor serves partition {self.partition_id} of "
+                f"{self.num_partitions}; the node config says "
+                f"partition {got[0]} of {got[1]}"
+            )
+        kept = self.contexts.get(context.run_id)
+        if kept is None and not hello:
+            raise ProtocolError(
+                f"this actor holds no state of run {context.run_id}: it did not "
+                "answer the run's hello; resume the run (resume = true), whose "
+                "hello loads the last checkpoint"
+            )
+        if kept is None:
+            kept = Context(
+                context.run_id,
+                context.node_id,
+                dict(node),
+                RecordDict({P.APP_KEEPS_STATE: ConfigRecord({"same-object": True})}),
+                dict(context.run_config),
+            )
+            self.contexts[context.run_id] = kept
+            while len(self.contexts) > _KEEP_RUNS:
+                self.contexts.popitem(last=False)
+        return kept
+
+    def handle(self, message: Message, context: Context) -> Message:
+        """Run ``message`` on the node's ClientApp under the run's kept context."""
+        from tpsl_flwr.engines.message_copy import copy_context
+        from tpsl_flwr.engines.virtual_nodes import task_identity
+
+        received = time.time()
+        kept = self._context(context, message.metadata.message_type == P.MSG_HELLO)
+        trial = copy_context(kept)
+        try:
+            with task_identity(context.run_id, context.node_id, 0):
+                reply = self.app(message, trial)
+        except Exception:
+            _LOG.exception("the node's ClientApp raised")
+            # its party may be half-updated: a fresh app object has none, so the
+            # context's version finds nothing and the run's next message fails
+            self.app = self._node_app.make_node_app()
+            raise
+        kept.state = trial.state  # only a successful message updates the state
+        _LOG.info(
+            "actor %d %s recv %.4f sent %.4f",
+            self.partition_id,
+            message.metadata.message_type,
+            received,
+            time.time(),
+        )
+        return reply
+
+
+def _warm_torch() -> None:
+    """One Adam step on a throwaway model: torch's lazy imports happen now."""
+    import torch
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.zeros(3, 4)).sum().backward()
+    optimizer.step()
+
+
 class PartyActor:
-    """The actor's body: a :class:`PartyWorker` for one node, answering bytes.
+    """The actor's body: an :class:`ActorNode` for one node, answering bytes.
 
     Parameters
     ----------
@@ -119,10 +231,8 @@ class PartyActor:
     def __init__(self, partition_id: int, num_partitions: int, threads: int) -> None:
         import torch
 
-        from tpsl_flwr.simulations.party_worker import PartyWorker
-
         torch.set_num_threads(threads)  # the forwarding actor's CPUs, not Ray's 1
-        self.worker = PartyWorker(partition_id, num_partitions)
+        self.node = ActorNode(partition_id, num_partitions)
         self.version = -1  # messages answered - 1
         self.node_id: int | None = None
 
@@ -156,9 +266,9 @@ class PartyActor:
             proto = ProtoMessage()
             proto.ParseFromString(message)
             context = Context(run_id, node_id, node_config, RecordDict(), run_config)
-            reply = self.worker.handle(serde.message_from_proto(proto), context)
+            reply = self.node.handle(serde.message_from_proto(proto), context)
             if reply.has_error():
-                raise WorkerError(reply.error.reason)
+                raise PartyActorError(reply.error.reason)
             body = serde.recorddict_to_proto(reply.content).SerializeToString()
         except Exception as ex:  # pylint: disable=broad-exception-caught
             return False, f"{type(ex).__name__}: {ex}".encode(), self.version
@@ -210,7 +320,7 @@ def ask_party_actor(message: Message, context: Context) -> RecordDict:
     ConfigError
         If this process is not a Ray worker (``party-actors`` is for Flower's
         Ray simulation only).
-    WorkerError
+    PartyActorError
         If the actor's ClientApp raised (its reason in the message) or the
         actor is gone (its owner ended): never a fresh party.
     """
@@ -237,9 +347,9 @@ def ask_party_actor(message: Message, context: Context) -> RecordDict:
             )
         )
     except ray.exceptions.RayError as err:
-        raise WorkerError(f"party actor {name} is gone ({err})") from err
+        raise PartyActorError(f"party actor {name} is gone ({err})") from err
     if not ok:
-        raise WorkerError(f"party actor {name}: {body.decode(errors='replace')}")
+        raise PartyActorError(f"party actor {name}: {body.decode(errors='replace')}")
     context.state[STATE_KEY] = ConfigRecord({"version": version})
     proto = ProtoRecordDict()
     proto.ParseFromString(body)

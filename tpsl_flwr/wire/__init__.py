@@ -7,7 +7,6 @@ node reads and answers (:mod:`~tpsl_flwr.wire.node_side`, whose
 ``NonLabelParty``), the message keys and their allow-list
 (:mod:`~tpsl_flwr.wire.protocol`), the array encoding
 (:mod:`~tpsl_flwr.wire.arrays`), the node-state codec
-(:mod:`~tpsl_flwr.wire.state_codec`), the attacker-side recorder mod
-(:mod:`~tpsl_flwr.wire.recorder`) and the socket link from a node's
-per-message ClientApp to its party worker (:mod:`~tpsl_flwr.wire.worker_link`).
+(:mod:`~tpsl_flwr.wire.state_codec`) and the attacker-side recorder mod
+(:mod:`~tpsl_flwr.wire.recorder`).
 """

@@ -21,6 +21,7 @@ checkpoint or to resume is refused.
 from __future__ import annotations
 
 import io
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +50,9 @@ STATE_KEY = "tpsl.party-state"
 BEST_KEY = "tpsl.best-state"
 """The state kept as the best epoch's (its ``version`` is the epoch)."""
 KEEP_RUNS = 4
-"""Parties a handler object keeps, one per (run, node), the latest used."""
+"""Runs a handler object keeps the parties of (every node of each), the latest used."""
+_KEEP_EVICTED = 64
+"""Runs remembered as dropped from the cache, so their next message says so."""
 
 
 def partition_of(context: Context) -> tuple[int, int]:
@@ -177,42 +180,70 @@ class NonLabelHandlers:
     ) -> None:
         self.factory = factory
         self.checkpoint_dir = checkpoint_dir
-        # A cache, not state: (run, node) -> (state version, party). Flower may
+        # A cache, not state: run -> node -> (state version, party). Flower may
         # deliver a node's next message to another process, so context.state
         # stays the source of truth and a stale or missing entry is rebuilt.
-        # The KEEP_RUNS runs used last are kept (a long-lived process, such as
-        # the warm executor or a party worker, serves run after run).
-        self._cache: OrderedDict[tuple[int, int], tuple[int, NonLabelParty]] = (
+        # The parties of the KEEP_RUNS runs used last are kept, all nodes of
+        # each (the in-process engine calls one object for every node; a
+        # long-lived process, such as the warm executor, serves run after run).
+        self._cache: OrderedDict[int, dict[int, tuple[int, NonLabelParty]]] = (
             OrderedDict()
         )
+        self._evicted: OrderedDict[int, None] = OrderedDict()
+        self._lock = threading.Lock()  # the in-process engine's node threads
 
     def _party(self, context: Context) -> NonLabelParty:
         record = context.state.config_records.get(STATE_KEY)
         version = -1 if record is None else P.as_int(record["version"], "state version")
-        cache_key = (context.run_id, context.node_id)
-        cached = self._cache.get(cache_key)
-        if cached is not None and cached[0] == version and version >= 0:
-            self._cache.move_to_end(cache_key)
-            return cached[1]  # never at -1: a fresh context is a new run's node
+        with self._lock:
+            cached = self._cache.get(context.run_id, {}).get(context.node_id)
+            if cached is not None and cached[0] == version and version >= 0:
+                self._cache.move_to_end(context.run_id)
+                return cached[1]  # never at -1: a fresh context is a new run's node
         if record is not None and "blob" not in record:
-            raise ProtocolError(
-                f"this node's state (version {version}) was kept in the process "
-                "that served the run's earlier messages (the engine's "
-                f"{P.APP_KEEPS_STATE!r}), and this process has "
-                + ("none" if cached is None else f"version {cached[0]}")
-                + ": it was restarted since; resume the run (resume = true)"
-            )
+            raise ProtocolError(self._kept_elsewhere(context, version, cached))
         party = self.factory(context)
         if record is not None:
             party.load_state_dict(_state_from_record(record))
-        self._keep(cache_key, version, party)
+        self._keep(context, version, party)
         return party
 
-    def _keep(self, key: tuple[int, int], version: int, party: NonLabelParty) -> None:
-        self._cache[key] = (version, party)
-        self._cache.move_to_end(key)
-        while len(self._cache) > KEEP_RUNS:
-            self._cache.popitem(last=False)
+    def _kept_elsewhere(
+        self,
+        context: Context,
+        version: int,
+        cached: tuple[int, NonLabelParty] | None,
+    ) -> str:
+        """Why the party a version-only state names is not here, in one line."""
+        kept = (
+            f"this node's state (version {version}) was kept in the process that "
+            "served the run's earlier messages (the engine's "
+            f"{P.APP_KEEPS_STATE!r})"
+        )
+        if cached is None and context.run_id in self._evicted:
+            return (
+                f"{kept}, and this process dropped run {context.run_id}'s party "
+                f"after serving {KEEP_RUNS} newer runs (it keeps the parties of "
+                f"the {KEEP_RUNS} runs used last); resume the run (resume = "
+                "true), whose hello loads the last checkpoint"
+            )
+        return (
+            f"{kept}, and this process has "
+            + ("none" if cached is None else f"version {cached[0]}")
+            + ": it was restarted since; resume the run (resume = true)"
+        )
+
+    def _keep(self, context: Context, version: int, party: NonLabelParty) -> None:
+        run = context.run_id
+        with self._lock:
+            self._cache.setdefault(run, {})[context.node_id] = (version, party)
+            self._cache.move_to_end(run)
+            self._evicted.pop(run, None)
+            while len(self._cache) > KEEP_RUNS:
+                dropped, _ = self._cache.popitem(last=False)
+                self._evicted[dropped] = None
+                while len(self._evicted) > _KEEP_EVICTED:
+                    self._evicted.popitem(last=False)
 
     def _save(self, party: NonLabelParty, context: Context) -> None:
         record = context.state.config_records.get(STATE_KEY)
@@ -227,7 +258,7 @@ class NonLabelHandlers:
             context.state[STATE_KEY] = ConfigRecord({"version": version})
         else:
             context.state[STATE_KEY] = _state_record(party.state_dict(), version)
-        self._keep((context.run_id, context.node_id), version, party)
+        self._keep(context, version, party)
 
     def _checkpoint_file(self, context: Context, asked: str) -> Path:
         """The checkpoint file the label party ``asked`` for, or a ProtocolError."""

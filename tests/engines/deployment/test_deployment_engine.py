@@ -140,9 +140,6 @@ def test_simulate_engine_deployment_secure_wiring(tmp_path, monkeypatch, capsys)
     assert runtime.log_dir == out.resolve() / DEPLOYMENT_LOGS
     assert runtime.options["secure"] is True
     assert runtime.options["executor"] is True  # the default: a warm executor
-    assert runtime.options["party_workers"] is False  # ... and no party workers
-    # the workers build their parties for the run config the nodes will see
-    assert runtime.options["worker_run_config"]["dataset"] == "breast-cancer"
     assert runtime.started and runtime.stopped
     # this project's app, the config's run config (absolute out-dir), no seed
     ((app_dir, run_config, _),) = runtime.runs
@@ -191,10 +188,9 @@ def test_no_executor_keeps_the_process_per_message_path(tmp_path, monkeypatch):
     # Act
     assert main(argv) == 0
 
-    # Assert: Flower's flwr-clientapp per message, with the party workers
+    # Assert: Flower's flwr-clientapp per message, nothing else beside it
     options = _StandInRuntime.instances[0].options
-    assert options["executor"] is False
-    assert options["party_workers"] is True
+    assert options == {"secure": False, "executor": False}
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["executor"] is False
 
@@ -219,3 +215,51 @@ def test_the_executor_secret_is_private_and_gone_after_stop(tmp_path: Path) -> N
 
     # Assert: nothing left that a later reader of the logs could use
     assert not secret.exists()
+
+
+def test_every_log_and_run_config_of_a_deployment_is_private_whatever_the_umask(
+    tmp_path: Path,
+) -> None:
+    # Prepare: a permissive umask, and an earlier run's superlink.log that a
+    # looser umask left readable by all.
+    import os
+    import stat
+    import sys
+
+    from tpsl_flwr.engines.deployment.faults import open_log as faults_open_log
+    from tpsl_flwr.engines.flower_env import write_run_config
+    from tpsl_flwr.engines.flwr_cli import _run_cli
+
+    runtime = deployment.DeploymentRuntime(1, tmp_path / "logs")
+    logs = runtime.log_dir
+    logs.mkdir(parents=True)
+    (logs / "superlink.log").write_text("an earlier run's metrics\n")
+    os.chmod(logs / "superlink.log", 0o644)
+    say = [sys.executable, "-c", "print('written')"]
+    old = os.umask(0)
+    try:
+        # Execute: every file the runtime writes, the way it writes it: its
+        # processes' logs, the `flwr run` log, the run config
+        for name in ("superlink.log", "supernode-0.log", "executor-0.log"):
+            runtime._popen(say, logs / name).wait(timeout=60)
+        _run_cli(say, dict(os.environ), logs / "flwr-run-1.log", 60, "a run")
+        write_run_config({"epochs": 1}, logs / "run-1-config.toml")
+        with faults_open_log(logs / "supernode-0-restarted.log") as log:
+            log.write("restarted\n")
+    finally:
+        os.umask(old)
+
+    # Assert: 0600 each, the earlier log replaced (and tightened), none empty
+    written = sorted(p.name for p in logs.iterdir())
+    assert written == [
+        "executor-0.log",
+        "flwr-run-1.log",
+        "run-1-config.toml",
+        "superlink.log",
+        "supernode-0-restarted.log",
+        "supernode-0.log",
+    ]
+    for path in logs.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path.name
+        assert path.read_text().strip(), path.name
+    assert (logs / "superlink.log").read_text() == "written\n"

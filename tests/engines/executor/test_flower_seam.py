@@ -130,3 +130,36 @@ def test_a_busy_supernode_is_retried_and_a_live_task_is_fine(
     )
     assert flower_seam.task_heartbeat_fn(_Beating(), rejected.append)() is True
     assert rejected == [] and sigints == []
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_heartbeat_through_the_executors_client_is_reported(
+    sigints: list[int], status: int
+) -> None:
+    # Prepare: the executor's own client (Flower's, with the executor's retry
+    # invoker) to a SuperNode that refuses the task's heartbeat: its token
+    # expired (401) or its run is over (403, which Flower's invoker turns
+    # into a RunNotRunningException, a BaseException)
+    def refuse(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, request=request)
+
+    client = flower_seam.RuntimeHttpClient.from_server_address(
+        server_address="127.0.0.1:9",
+        insecure=True,
+        root_certificates=None,
+        interceptors=[],
+        retry_invoker=flower_seam.unsignalled_retry_invoker(),
+    )
+    client._client = httpx.Client(transport=httpx.MockTransport(refuse))
+    rejected: list[str] = []
+
+    # Execute
+    try:
+        done = flower_seam.task_heartbeat_fn(client, rejected.append)()
+    finally:
+        client.close()
+
+    # Assert: reported once, no retry, no SIGINT
+    assert done is True
+    assert rejected == [f"the task heartbeat got HTTP {status}"]
+    assert sigints == []

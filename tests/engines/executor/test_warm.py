@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import httpx
 import pytest
-from flwr.app import Context, RecordDict
+from flwr.app import Context, Message, RecordDict
+from flwr.clientapp import ClientApp
 
 from tpsl_flwr.cli.executor import check_loopback
 from tpsl_flwr.engines.executor import warm
@@ -21,7 +26,8 @@ from tpsl_flwr.engines.executor.warm import (
     restart,
     task_bound,
 )
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.engines.virtual_nodes import task_identity
+from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.wire.node_edge import read_node_error
 
 THEIR_PYPROJECT = """
@@ -148,3 +154,189 @@ def test_a_stuck_task_without_a_restart_command_exits(
     restart(None, exit_=codes.append)
 
     assert codes == [EXIT_STUCK]
+
+
+# ------------------------------------------------- refusals by the SuperNode
+FAB = "f" * 64
+"""The one bundle of the fake SuperNode's tasks, judged warm beforehand."""
+
+
+class _FakeSuperNode:
+    """A SuperNode's Runtime API, as HTTP answers (``httpx.MockTransport``).
+
+    It hands out ``tasks`` (task id, run id) in order, accepts every task
+    heartbeat, and answers a task's status push with ``refuse[task id]``
+    (an HTTP status) or success; ``acquire_status`` refuses ``AcquireTask``.
+    """
+
+    def __init__(self, tasks: list[tuple[int, int]]) -> None:
+        self.tasks = list(tasks)
+        self.refuse: dict[int, int] = {}
+        self.acquire_status: int | None = None
+        self.current: tuple[int, int] | None = None
+        self.statuses: list[tuple[int, str, str]] = []
+        self.replies: list[Message] = []  # as the executor pushed them
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        from flwr.proto.runtime_pb2 import (  # pylint: disable=E0611
+            AcquireTaskResponse,
+            PushTaskOutputRequest,
+            PushTaskOutputResponse,
+            SendTaskHeartbeatResponse,
+        )
+
+        path = request.url.path
+        if path.endswith("/acquire-task"):
+            if self.acquire_status is not None:
+                return httpx.Response(self.acquire_status, request=request)
+            answer = AcquireTaskResponse()
+            if self.tasks:
+                self.current = self.tasks.pop(0)
+                task_id, run_id = self.current
+                answer.task.task_id, answer.task.run_id = task_id, run_id
+                answer.task.fab_hash = FAB
+                answer.token = f"token-{task_id}"
+            return self._ok(answer, request)
+        if path.endswith("/send-task-heartbeat"):
+            return self._ok(SendTaskHeartbeatResponse(success=True), request)
+        if path.endswith("/push-task-output"):
+            task_id = int(request.headers["flwr-task-token"].rpartition("-")[2])
+            pushed = PushTaskOutputRequest()
+            pushed.ParseFromString(request.content)
+            self.statuses.append((task_id, pushed.sub_status, pushed.details))
+            if task_id in self.refuse:
+                return httpx.Response(self.refuse[task_id], request=request)
+            return self._ok(PushTaskOutputResponse(), request)
+        return httpx.Response(404, request=request)
+
+    @staticmethod
+    def _ok(answer: Any, request: httpx.Request) -> httpx.Response:
+        headers = {"content-type": "application/protobuf"}
+        return httpx.Response(
+            200, content=answer.SerializeToString(), headers=headers, request=request
+        )
+
+
+@pytest.fixture
+def sigints() -> Iterator[list[int]]:
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    yield seen
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture
+def supernode(monkeypatch: pytest.MonkeyPatch) -> _FakeSuperNode:
+    """The fake SuperNode behind every Runtime API client the executor makes.
+
+    Flower's own client, interceptors, retry invoker (the executor's), task
+    heartbeat and ``push_task_output`` run as they are; only the transport is
+    the fake's, the task input is built here (``pull_input``) and replies are
+    recorded (``push_message``).
+    """
+    from tpsl_flwr.engines.executor import flower_seam
+
+    fake = _FakeSuperNode([])
+    base = flower_seam.RuntimeHttpClient
+
+    class _Client(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._client = httpx.Client(transport=httpx.MockTransport(fake.handle))
+
+    def pull_input(client: Any, times: Any = None) -> tuple[Any, ...]:
+        assert fake.current is not None
+        task_id, run_id = fake.current
+        with task_identity(run_id, 42, task_id):
+            message = Message(RecordDict(), dst_node_id=42, message_type="train")
+        message.metadata.__dict__["_message_id"] = f"message-{task_id}"
+        node_config = {"partition-id": 1, "num-partitions": 2}
+        context = Context(run_id, 42, node_config, RecordDict(), {})
+        run = SimpleNamespace(fab_hash=FAB)
+        return message, context, run, SimpleNamespace(hash_str=FAB)
+
+    monkeypatch.setattr(flower_seam, "RuntimeHttpClient", _Client)
+    monkeypatch.setattr(flower_seam, "pull_input", pull_input)
+
+    def push_message(client: Any, reply: Message, context: Context) -> None:
+        fake.replies.append(reply)
+
+    monkeypatch.setattr(flower_seam, "push_message", push_message)
+    monkeypatch.setattr(warm, "check_listener", lambda port, uid: True)
+    return fake
+
+
+def _warm_executor(called: list[int]) -> WarmExecutor:
+    """An executor with the fake's bundle loaded warm: an app that counts calls."""
+    app = ClientApp()
+
+    @app.train()
+    def train(message: Message, context: Context) -> Message:
+        called.append(context.run_id)
+        return Message(RecordDict(), reply_to=message)
+
+    executor = WarmExecutor(ExecutorSettings("127.0.0.1:9"))
+    executor.verdicts = {FAB: WarmVerdict("fake.app:app", None)}
+    executor.warm_hash = FAB
+    executor.app = app
+    return executor
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_status_push_fails_its_run_and_the_next_task_comes(
+    supernode: _FakeSuperNode, sigints: list[int], status: int
+) -> None:
+    # Prepare: run 7's first status push is refused (its token expired: 401;
+    # the run is over: 403), then run 7 sends again, then run 8 starts.
+    supernode.tasks = [(1, 7), (2, 7), (3, 8)]
+    supernode.refuse = {1: status}
+    called: list[int] = []
+    executor = _warm_executor(called)
+
+    # Execute
+    try:
+        served = [executor.serve_next() for _ in range(4)]
+    finally:
+        executor.close()
+
+    # Assert: no SIGINT; every task answered, the SuperNode's queue drained
+    assert sigints == []
+    assert served == [True, True, True, False]
+    # run 7 is failed here, naming the refused push; its next message is an
+    # error reply saying to resume, never run on the party
+    assert "status push failed" in executor.failed_runs[7]
+    assert called == [7, 8]
+    second = supernode.replies[1]
+    assert second.has_error()
+    assert "an earlier message of run 7 failed here (status push failed" in (
+        second.error.reason
+    )
+    assert "resume the run (resume = true)" in second.error.reason
+    # ... while another run is served warm as before
+    assert not supernode.replies[2].has_error()
+    assert [(t, s) for t, s, _ in supernode.statuses] == [
+        (1, "completed"),
+        (2, "failed"),
+        (3, "completed"),
+    ]
+    assert 8 not in executor.failed_runs
+
+
+def test_a_refused_superexec_signature_stops_the_executor_naming_the_secret(
+    supernode: _FakeSuperNode, sigints: list[int]
+) -> None:
+    # Prepare: the SuperNode refuses the executor's AcquireTask signature
+    supernode.acquire_status = 401
+    executor = _warm_executor([])
+
+    # Execute / Assert: one error naming the secret, no SIGINT
+    try:
+        with pytest.raises(PrivacyError) as refused:
+            executor.serve_next()
+    finally:
+        executor.close()
+    assert str(refused.value) == (
+        "the Runtime API at 127.0.0.1:9 refused the executor's SuperExec signature "
+        "(HTTP 401): its secret is not the one given to this SuperNode"
+    )
+    assert sigints == []

@@ -8,8 +8,6 @@
   SuperNode key pairs;
 * :mod:`~tpsl_flwr.engines.deployment.fleet_proxy`: an nginx proxy that exposes
   only the SuperLink's Fleet API;
-* :mod:`~tpsl_flwr.engines.deployment.party_workers`: a party worker beside
-  each SuperNode;
 * :mod:`~tpsl_flwr.engines.deployment.faults`: crash and restart its processes,
   for fault tests.
 """

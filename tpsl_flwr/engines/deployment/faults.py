@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpsl_flwr.engines.deployment.runtime import DeploymentRuntime
+from tpsl_flwr.engines.deployment.runtime import DeploymentRuntime, open_log
 from tpsl_flwr.engines.deployment.security import log_contains
 from tpsl_flwr.engines.processes import (
     FlowerLaunchError,
@@ -80,10 +80,9 @@ def _kill(pids: list[int]) -> None:
 def kill_supernode(runtime: DeploymentRuntime, index: int) -> KilledSupernode:
     """SIGKILL SuperNode ``index`` and every process under it, as a crash would.
 
-    A party worker is a separate service, not under the SuperNode: it keeps
-    running, as it would when only the SuperNode process crashes (the fault
-    tests run without workers; a resume through a surviving worker is not
-    tested).
+    The SuperNode's warm executor is a separate process, not under the
+    SuperNode: it keeps running and polls on, as it would when only the
+    SuperNode process crashes (:func:`kill_executor` ends it).
 
     Parameters
     ----------
@@ -134,7 +133,7 @@ def restart_supernode(
         If it exits or does not connect within ``timeout``.
     """
     log_path = runtime.log_dir / f"supernode-{killed.index}-restarted.log"
-    with log_path.open("w", encoding="utf-8") as log_file:
+    with open_log(log_path) as log_file:
         proc = subprocess.Popen(
             killed.command,
             env=runtime.env,
@@ -192,7 +191,7 @@ def restart_executor(
     """
     log_path = runtime.log_dir / f"executor-{index}-restarted.log"
     command = [*runtime.executor_commands[index], *(extra or [])]
-    with log_path.open("w", encoding="utf-8") as log_file:
+    with open_log(log_path) as log_file:
         proc = subprocess.Popen(
             command,
             env=runtime.env,

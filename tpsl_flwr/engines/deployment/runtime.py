@@ -27,14 +27,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
-from tpsl_flwr._util.private_files import make_private_dir, write_private
+from tpsl_flwr._util.private_files import make_private_dir, open_private, write_private
 from tpsl_flwr.engines.app_bundle import staged_app
 from tpsl_flwr.engines.deployment import security
 from tpsl_flwr.engines.deployment.certificates import LocalCertificates
 from tpsl_flwr.engines.deployment.fleet_proxy import BYPASS_ENV, FleetProxy, find_nginx
-from tpsl_flwr.engines.deployment.party_workers import WORKER_SOCKET, PartyWorkers
 from tpsl_flwr.engines.executor.fab_match import install_bundle
 from tpsl_flwr.engines.flower_env import (
     check_run_config,
@@ -52,10 +51,22 @@ from tpsl_flwr.engines.processes import (
 from tpsl_flwr.engines.superlink_guard import superlink_command
 from tpsl_flwr.wire import protocol as P
 
-__all__ = ["DeploymentRuntime"]
+__all__ = ["DeploymentRuntime", "open_log"]
 
 _SUPERNODE_READY_RE = re.compile(r"SuperNode ID: (\d+)")
 _EXECUTOR_READY_RE = re.compile(r"executor ready for ")
+
+
+def open_log(path: Path) -> TextIO:
+    """A process's log file, opened for writing: mode ``0600`` whatever the umask.
+
+    The logs of a deployment are the label party's (the SuperLink's and the
+    ``flwr run`` logs hold its per-epoch test metrics); the SuperNodes' and
+    executors' are kept the same way. An existing file is truncated.
+    """
+    return open(open_private(path, "replace"), "w", encoding="utf-8")
+
+
 EXECUTOR_SECRET = "superexec-secret"
 """The SuperExec secret's file in ``log_dir / "executor"`` (0700 folder, 0600),
 removed by :meth:`DeploymentRuntime.stop`."""
@@ -131,14 +142,10 @@ class DeploymentRuntime:
         With ``secure``: CA, SuperLink certificate and SuperNode key pairs,
         reused if present for ``num_supernodes``, else created there;
         ``None``: fresh ones in ``log_dir / "certificates"``.
-    party_workers : bool
-        TPSL app only: a party worker per SuperNode, built for
-        ``worker_run_config`` (:mod:`~tpsl_flwr.engines.deployment.party_workers`).
-    worker_run_config : Mapping[str, Any] | None
-        The full run config the nodes will see (app defaults + overrides).
     executor : bool
         A warm executor beside each SuperNode (default); ``False``: Flower's
-        process per message.
+        process per message (``flower-supernode`` with its default
+        isolation: each message in a fresh ``flwr-clientapp`` process).
     executor_args : Sequence[str]
         Extra ``tpsl-flwr executor`` options (e.g. ``--task-timeout 30``).
 
@@ -164,11 +171,8 @@ class DeploymentRuntime:
     connection: str = "tpsl-deployment"
     secure: bool = False
     certificates_dir: Path | None = None
-    party_workers: bool = False
-    worker_run_config: Mapping[str, Any] | None = None
     executor: bool = True
     executor_args: Sequence[str] = ()
-    workers: PartyWorkers | None = field(default=None, init=False)
     executors: list[subprocess.Popen[Any]] = field(default_factory=list, init=False)
     executor_commands: list[list[str]] = field(default_factory=list, init=False)
     certificates: LocalCertificates | None = field(default=None, init=False)
@@ -243,11 +247,6 @@ class DeploymentRuntime:
             self.certificates = security.prepare_certificates(
                 self.log_dir, self.certificates_dir, self.num_supernodes
             )
-        if self.party_workers:  # they load torch and data meanwhile
-            self.workers = PartyWorkers(
-                self.num_supernodes, self.log_dir, self.env, self.worker_run_config
-            )
-            self.workers.start()
         link_port, proxy_port, *node_ports = free_ports(2 + self.num_supernodes)
         self.address = f"127.0.0.1:{link_port}"
         self.fleet_address = self.address
@@ -292,8 +291,6 @@ class DeploymentRuntime:
             }
             if self.node_configs is not None:
                 node_config.update(self.node_configs[i])
-            if self.workers is not None:
-                node_config[WORKER_SOCKET] = str(self.workers.sockets[i])
             logs.append(self.log_dir / f"supernode-{i}.log")
             isolation = []
             if self.executor:
@@ -330,8 +327,6 @@ class DeploymentRuntime:
         self._wait(
             lambda: all(found(x, _EXECUTOR_READY_RE) for x in executor_logs), deadline
         )
-        if self.workers is not None:
-            self._wait(self.workers.ready, deadline)
 
     def executor_log(self, index: int) -> Path:
         """The log of SuperNode ``index``'s executor."""
@@ -444,12 +439,11 @@ class DeploymentRuntime:
         list[int]
             Sorted PIDs that were signalled (empty if nothing was running).
         """
-        ended = [] if self.workers is None else self.workers.stop(self.grace_s)
         procs = list(self._procs) + list(self.executors)
         if self.proxy is not None and self.proxy.process is not None:
             procs.append(self.proxy.process)  # nginx's workers: by parentage
             self.proxy.process = None
-        ended += terminate_launched(self.launch_id, procs, self.grace_s)
+        ended = terminate_launched(self.launch_id, procs, self.grace_s)
         self._procs.clear()
         self.executors.clear()
         # the SuperExec secret outlives no process that used it
@@ -461,7 +455,7 @@ class DeploymentRuntime:
         self._procs.append(self._popen(cmd, log_path))
 
     def _popen(self, cmd: list[str], log_path: Path) -> subprocess.Popen[Any]:
-        with log_path.open("w", encoding="utf-8") as log_file:
+        with open_log(log_path) as log_file:
             return subprocess.Popen(
                 cmd,
                 env=self.env,

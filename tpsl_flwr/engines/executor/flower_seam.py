@@ -32,6 +32,7 @@ __all__ = [
     "Node",
     "PullAppMessagesRequest",
     "PullTaskInputRequest",
+    "PushTaskOutputRequest",
     "RuntimeHttpClient",
     "RuntimeTokenHttpInterceptor",
     "RuntimeVersionHttpInterceptor",
@@ -57,6 +58,7 @@ __all__ = [
     "pull_input",
     "pull_task_input",
     "push_message",
+    "push_status",
     "push_task_output",
     "run_from_proto",
     "task_heartbeat_fn",
@@ -67,6 +69,7 @@ SEAM: dict[str, str] = {
     "pull_task_input": "flwr.supernode.runtime.run_clientapp",
     "PullTaskInputRequest": "flwr.proto.runtime_pb2",
     "PullAppMessagesRequest": "flwr.proto.runtime_pb2",
+    "PushTaskOutputRequest": "flwr.proto.runtime_pb2",
     "Node": "flwr.proto.node_pb2",
     "TaskIdentity": "flwr.supercore.task_identity",
     "run_from_proto": "flwr.common.serde",
@@ -180,6 +183,7 @@ try:
         AcquireTaskRequest,
         PullAppMessagesRequest,
         PullTaskInputRequest,
+        PushTaskOutputRequest,
         SendTaskHeartbeatRequest,
     )
     from flwr.supercore.constant import TaskType
@@ -244,15 +248,21 @@ def task_heartbeat_fn(client: Any, on_rejected: Callable[[str], None]) -> Any:
     return beat
 
 
+_REFUSED = (httpx.codes.UNAUTHORIZED, httpx.codes.FORBIDDEN)
+"""HTTP statuses a task's request gets when the task or its run is over."""
+
+
 def unsignalled_retry_invoker() -> Any:
-    """Flower's HTTP retry invoker, except that a 401 is the caller's to handle.
+    """Flower's HTTP retry invoker, except that a 401 or 403 is the caller's.
 
     ``make_simple_http_retry_invoker`` (``flwr/supercore/retry/http_retry.py``)
     answers an HTTP 401 with ``SIGINT`` to its own process, then sleeps and
-    retries: right for ``flwr-clientapp`` (one task), wrong for the warm
-    executor, which a task's expired token would stop for every task to
-    come, silently and with exit status 0. Here a 401 gives up at once and
-    the ``HTTPStatusError`` reaches the caller.
+    retries, and an HTTP 403 by raising ``RunNotRunningException``, a
+    ``BaseException`` that no ``except Exception`` stops: right for
+    ``flwr-clientapp`` (one task, which either ends), wrong for the warm
+    executor, which a task's expired token or finished run would stop for
+    every task to come (the 401 silently, with exit status 0). Here a 401 or a
+    403 gives up at once and the ``HTTPStatusError`` reaches the caller.
     """
     invoker = make_simple_http_retry_invoker()
     flowers = invoker.should_giveup
@@ -260,13 +270,33 @@ def unsignalled_retry_invoker() -> Any:
     def should_giveup(exc: Exception) -> bool:
         if (
             isinstance(exc, httpx.HTTPStatusError)
-            and exc.response.status_code == httpx.codes.UNAUTHORIZED
+            and exc.response.status_code in _REFUSED
         ):
             return True
         return bool(flowers(exc)) if flowers is not None else False
 
     invoker.should_giveup = should_giveup
     return invoker
+
+
+def push_status(
+    client: Any, context: Context | None, sub_status: str, details: str
+) -> None:
+    """Flower's ``push_task_output``, except that a refusal reaches the caller.
+
+    ``push_task_output`` (``flwr/supernode/runtime/run_clientapp.py``) pushes
+    the task's context and final status, and logs an HTTP error and returns:
+    ``flwr-clientapp`` exits next anyway. The warm executor must know that the
+    SuperNode did not take the context (the task or its run is over), so here
+    the same request raises the ``HTTPStatusError``.
+    """
+    client.PushTaskOutput(
+        PushTaskOutputRequest(
+            context=context_to_proto(context) if context else None,
+            sub_status=sub_status,
+            details=details,
+        )
+    )
 
 
 PULL_BACKOFF = 0.005

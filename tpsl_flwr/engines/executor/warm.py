@@ -33,11 +33,12 @@ the loaded ClientApp across tasks:
   context; an executor restarted mid-run has no party for it, so the run's
   next message is refused (the stock ``flwr-clientapp`` that serves it finds
   a version and no state) and the run stops, to be resumed from its
-  checkpoints, as with a restarted party worker;
+  checkpoints;
 - a warm task that fails leaves the SuperNode's context as it was and marks
-  its run failed here (so does a rejected heartbeat, without Flower's
-  ``SIGINT``): the run's later messages are refused, never run on a party
-  the failure may have half-updated;
+  its run failed here (so does a heartbeat or a final status the SuperNode
+  refuses, HTTP 401 or 403, without Flower's ``SIGINT`` or its
+  ``RunNotRunningException``): the run's later messages are refused, never
+  run on a party the failure may have half-updated, and the next task comes;
 - a task is bounded (the task bound: ``--task-timeout``, else the run
   config's ``reply-timeout``, else 600 s): a ClientApp still running then gets
   an error reply in its name, and the executor starts afresh in the same
@@ -195,6 +196,22 @@ def error_reason(error: BaseException, context: Context | None) -> str:
         if isinstance(part, int) and isinstance(parts, int):
             error = node_failure(error, part, parts)
     return str(type(error)) + ":<'" + str(error) + "'>"
+
+
+def one_line(error: BaseException) -> str:
+    r"""An error of the Runtime API in one line: its HTTP status, else its first line.
+
+    Examples
+    --------
+    >>> one_line(RuntimeError("first\nsecond"))
+    'RuntimeError: first'
+    """
+    response = getattr(error, "response", None)
+    status = getattr(response, "status_code", None)
+    if isinstance(status, int):
+        return f"the SuperNode answered HTTP {status}"
+    lines = str(error).splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 class WarmExecutor:
@@ -497,9 +514,17 @@ class WarmExecutor:
                     _LOG.exception("executor: failed to push the reply")
                     sub_status, details = F.SubStatus.FAILED, "reply push failed"
                 try:  # 403/401: the run or the task is over; the next task comes
-                    F.push_task_output(client, context, sub_status, details)
+                    F.push_status(client, context, sub_status, details)
                 except Exception as error:  # pylint: disable=broad-except
-                    self._mark_failed(task.run_id, f"status push failed: {error}")
+                    why = f"status push failed: {one_line(error)}"
+                    _LOG.error(
+                        "executor: task %d (run %d): %s; the run's later messages "
+                        "are refused",
+                        task.task_id,
+                        task.run_id,
+                        why,
+                    )
+                    self._mark_failed(task.run_id, why)
             heartbeat.stop()
             client.close()
         if message is not None:
