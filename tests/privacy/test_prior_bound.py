@@ -1,6 +1,7 @@
 """The prior-aware AUC ceiling: exact, equal to the plain one for a flat prior."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -8,7 +9,11 @@ import pytest
 from tpsl_flwr import ConfigError
 from tpsl_flwr.metrics.auc import binary_auc
 from tpsl_flwr.privacy.closed_forms import auc_bound
-from tpsl_flwr.privacy.prior_bound import prior_aware_auc_bound, prior_aware_ceiling
+from tpsl_flwr.privacy.prior_bound import (
+    calibrated_log_odds,
+    prior_aware_auc_bound,
+    prior_aware_ceiling,
+)
 
 
 @pytest.mark.parametrize("epsilon", [0.25, 1.0, 3.0])
@@ -54,6 +59,26 @@ def test_a_miscalibrated_prior_is_recalibrated_first():
     right = prior_aware_auc_bound(1 / (1 + np.exp(-log_odds)), labels, epsilon)
     assert prior_aware_auc_bound(flat, labels, epsilon) < right - 0.005
     assert prior_aware_ceiling(flat, labels, epsilon) == pytest.approx(right, abs=0.002)
+
+
+def test_a_separating_prior_is_recalibrated_without_overflow():
+    """Labels the prior separates drive Platt's slope up; no warning, finite."""
+    # Prepare: the prior splits the labels at 0.5 exactly, and priors at 1e-15
+    rng = np.random.default_rng(3)
+    separable = rng.uniform(0.3, 0.7, size=200)
+    extreme = np.array([1e-15, 1e-13, 0.5, 1 - 1e-13, 1 - 1e-15] * 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for priors in (separable, extreme):
+            labels = (priors > 0.5).astype(np.int64)
+            # Execute
+            log_odds = calibrated_log_odds(priors, labels)
+            ceiling = prior_aware_ceiling(priors, labels, 1.0)
+            # Assert: finite, the prior's order kept, and a perfect ceiling
+            assert np.isfinite(log_odds).all()
+            order = np.argsort(priors, kind="stable")
+            assert (np.diff(log_odds[order]) >= 0).all()
+            assert ceiling == 1.0
 
 
 def test_bad_inputs_are_refused():

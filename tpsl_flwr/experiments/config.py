@@ -39,6 +39,7 @@ from tpsl_flwr.experiments.training_settings import (
     resolve_denoise,
 )
 from tpsl_flwr.experiments.wide_settings import check_wide, wide_mode
+from tpsl_flwr.parties.weight_average import average_mode
 from tpsl_flwr.privacy.mechanisms import Mechanism, make_mechanism
 from tpsl_flwr.validation.holdout import validation_mode
 from tpsl_flwr.wire.wire_dtype import check_wire_dtype
@@ -110,6 +111,7 @@ class ExperimentConfig:
     wide_l1: float = 0.0
     wide_l2: float = 2.0
     validation_fraction: float | str = "auto"
+    average: str | bool = "auto"
     denoise: str = "auto"
     denoise_prior: str = "model"
     steps_per_message: int = 1
@@ -152,6 +154,13 @@ class ExperimentConfig:
         object.__setattr__(
             self, "validation_fraction", validation_mode(self.validation_fraction)
         )
+        object.__setattr__(self, "average", average_mode(self.average))
+        if self.average == "on" and self.validation_fraction not in ("auto", 0.0):
+            raise ConfigError(
+                "average = on cannot go with validation-fraction = "
+                f"{self.validation_fraction} (the run would restore its best "
+                "held-out epoch): set validation-fraction = 0"
+            )
         self._check_data()
         check_placement(self.placement)
         for name in (

@@ -13,6 +13,7 @@ from tpsl_flwr._util.checks import PLACEMENTS
 from tpsl_flwr.data import ALL_DATASETS
 from tpsl_flwr.data.ctr.load import SPLITS
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.parties.weight_average import AVERAGE_MODES
 from tpsl_flwr.privacy import posterior
 from tpsl_flwr.privacy.mechanisms import MECHANISMS
 from tpsl_flwr.wire.protocol import parse_bool
@@ -87,6 +88,9 @@ FIELD_HELP: dict[str, str] = {
     "the best epoch's models are restored at the end; 0: no validation; auto: "
     "0.1 for runs of 3 or more epochs where that holds out at least 2000 ids, "
     "else 0 (and 0 for gaussian)",
+    "average": "return every party's weights averaged over every epoch after the "
+    "first (each party its own: the top model, each bottom model); auto: on for "
+    "runs of 3 or more epochs without a validation hold-out",
     "denoise": "what the label party trains on: the mechanism's noisy labels "
     "(none, the paper), or their posterior given a prior (posterior; "
     "post-processing, same epsilon); auto: posterior for laplace and "
@@ -153,6 +157,7 @@ FIELD_CHOICES: dict[str, tuple[str, ...]] = {
     "denoise-prior": DENOISE_PRIORS,
     "model": MODELS,
     "wide": WIDE_MODES,
+    "average": AVERAGE_MODES,
     "wide-optimizer": WIDE_OPTIMIZERS,
     "wire-dtype": WIRE_DTYPES,
 }

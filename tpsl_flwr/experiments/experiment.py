@@ -31,6 +31,7 @@ from tpsl_flwr.experiments.training_settings import training_of
 from tpsl_flwr.experiments.wide_settings import resolve_wide
 from tpsl_flwr.models import num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
+from tpsl_flwr.parties.weight_average import resolve_average
 from tpsl_flwr.privacy.accounting import PrivacySpent, privacy_spent
 from tpsl_flwr.privacy.epsilon_text import has_dp_guarantee, total_text
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
@@ -204,6 +205,10 @@ def build_strategy(
     mechanism = cfg.make_mechanism(labels.num_classes)
     top = build_top(cfg, num_outputs_for(labels.num_classes))
     validation, binding, records, privacy = release_request(cfg, labels, mechanism)
+    # average = auto resolved from the epochs and the hold-out (refused first).
+    average_from = resolve_average(
+        cfg.average, epochs=cfg.epochs, held_out=validation > 0
+    )
     # batch-size / lr = 0 resolved from the training rows, as every node does.
     training = training_of(cfg, int(labels.train_labels.size))
     store = LabelStore(cfg.label_party_dir)
@@ -244,6 +249,7 @@ def build_strategy(
         release=release,
         validation_fraction=validation,
         lr_schedule=cfg.lr_schedule,
+        average=cfg.average,
     )
     facts = {
         "dataset": cfg.dataset,
@@ -254,6 +260,8 @@ def build_strategy(
         "training": {
             **training.to_dict(),
             "validation_fraction": validation,
+            # The epochs whose weights every party averages (average = auto).
+            "average_epochs": 0 if average_from is None else cfg.epochs - average_from,
             "wide": cfg.wide,
             "wide_optimizer": cfg.wide_optimizer,
         },
@@ -340,6 +348,8 @@ def run_label_party(
     history = strategy.history
     best = strategy.best.epoch if strategy.best is not None else None
     final = history[best] if best is not None else history[-1] if history else {}
+    if strategy.averaged is not None:  # the tail average is what the run returns
+        final = strategy.averaged
     rates = [h["samples_per_second"] for h in history]
     results: dict[str, Any] = {
         "engine": engine,
@@ -373,6 +383,7 @@ def run_label_party(
         "config": cfg.to_run_config(),
         "history": history,
         "best_epoch": None if best is None else best + 1,
+        "averaged": strategy.averaged,
         "validation_rows": int(strategy.validation.ids.size),
         "epochs_trained": outcome.epochs_trained,
         "note": outcome.note,

@@ -204,6 +204,19 @@ class NonLabelParty:
             state["wide_optimizer"] = self.wide_optimizer.state_dict()
         return state
 
+    def load_weights(self, weights: dict[str, Any]) -> None:
+        """Load the bottom model's weights alone (their tail average, at the end).
+
+        The optimizers keep their state: no step follows.
+
+        Raises
+        ------
+        ConfigError
+            If ``weights`` do not fit the bottom model.
+        """
+        load_checkpoint_state(self.bottom, weights, "bottom model")
+        self._kept = None
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`.
 

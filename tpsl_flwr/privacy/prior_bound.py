@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.special import expit
 
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.privacy.closed_forms import auc_bound
@@ -112,7 +113,7 @@ def calibrated_log_odds(priors: np.ndarray, labels: np.ndarray) -> np.ndarray:
     x = np.stack([np.log(pi) - np.log1p(-pi), np.ones_like(pi)], axis=1)
     w = np.array([1.0, 0.0])
     for _ in range(50):
-        p = 1.0 / (1.0 + np.exp(-(x @ w)))
+        p = expit(x @ w)
         hessian = (x * (p * (1 - p))[:, None]).T @ x + 1e-9 * np.eye(2)
         step = np.linalg.solve(hessian, x.T @ (y - p))
         w = w + step

@@ -15,12 +15,15 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+import torch
 from flwr.app import Message, MetricRecord
 from flwr.serverapp import Grid
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
 from tpsl_flwr.parties import LabelParty
+from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
+from tpsl_flwr.parties.weight_average import fold_average
 from tpsl_flwr.strategies.evaluation_query import EvaluationQuery
 from tpsl_flwr.strategies.exchange import exchange
 from tpsl_flwr.strategies.pipeline import Aggregate, Configure, train_steps
@@ -55,6 +58,10 @@ class EpochLoop:
     checkpoints
         Whether the label party keeps a store: the nodes then checkpoint
         with it every epoch.
+    average_from
+        The first epoch (0-based) whose weights every party folds into its
+        tail average (:mod:`~tpsl_flwr.parties.weight_average`); ``None``:
+        no average.
     """
 
     def __init__(
@@ -72,6 +79,7 @@ class EpochLoop:
         poll_interval: float,
         audit: bool,
         checkpoints: bool,
+        average_from: int | None = None,
     ) -> None:
         self.party = party
         self.validation = validation
@@ -84,6 +92,13 @@ class EpochLoop:
         self.poll_interval = poll_interval
         self.audit_each_epoch = audit
         self.checkpoints = checkpoints
+        self.average_from = average_from
+        self.average: dict[str, torch.Tensor] | None = None
+        """The running average of the top model's weights (``average_from``)."""
+        self.averaged = 0
+        """The epochs folded into :attr:`average` (each node holds as many)."""
+        self.server_round = 0
+        """The last round of train messages sent."""
         self.state = StepState()
         self.audit: TranscriptAudit | None = None
         """This epoch's transcript audit (``audit`` on), else ``None``."""
@@ -213,9 +228,15 @@ class EpochLoop:
         # The nodes checkpoint with the label party, never without it (after
         # the best-epoch decision, when there is one to keep), and with the
         # evaluation query's last chunk, after every gradient is applied.
+        self.server_round = server_round
         best = self.best
         at_end = self.checkpoints and best is None
-        checkpoint = {P.CHECKPOINT_EPOCH: epoch} if at_end else {}
+        checkpoint: dict[str, int] = {P.CHECKPOINT_EPOCH: epoch} if at_end else {}
+        if self.average_from is not None and epoch >= self.average_from:
+            # Every party folds the epoch's weights in after its last gradient:
+            # the label party now, each node with the query's last chunk.
+            self.fold_average()
+            checkpoint[P.AVERAGE_IN] = epoch
         metrics = self.query.run(
             self.state, grid, nodes, server_round, checkpoint, timeout
         )
@@ -240,6 +261,40 @@ class EpochLoop:
         if attacks is not None:
             entry["attack_auc"] = attacks
         return entry
+
+    # ------------------------------------------------------- the tail average
+    def fold_average(self) -> None:
+        """Fold the top model's current weights into the running average."""
+        weights = self.party.top.state_dict()
+        self.average = fold_average(self.average, weights, self.averaged)
+        self.averaged += 1
+
+    def restore_average(
+        self, grid: Grid, nodes: list[Node], timeout: float
+    ) -> MetricRecord | None:
+        """Every party loads its average; the evaluation query of the averaged model.
+
+        The nodes are told how many epochs their average must hold, and refuse
+        to load another (a ``ProtocolError`` there).
+        """
+        assert self.average is not None
+        self.send_to_all(grid, nodes, {P.RESTORE_AVERAGE: self.averaged}, timeout)
+        load_checkpoint_state(self.party.top, self.average, "averaged top model")
+        self.server_round += 1
+        return self.query.run(self.state, grid, nodes, self.server_round, {}, timeout)
+
+    def average_state(self) -> dict[str, Any] | None:
+        """The running average for the label party's checkpoint, or ``None``."""
+        if self.average is None:
+            return None
+        return {"weights": self.average, "count": self.averaged}
+
+    def load_average_state(self, state: dict[str, Any] | None) -> None:
+        """Restore :meth:`average_state` (a resumed run)."""
+        if state is None:
+            self.average, self.averaged = None, 0
+        else:
+            self.average, self.averaged = dict(state["weights"]), int(state["count"])
 
     # ------------------------------------------------------- the best epoch
     def select_epoch(

@@ -35,6 +35,7 @@ from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.parties import LabelParty, adam
 from tpsl_flwr.parties.optim import OptimizerFactory, lr_scale
 from tpsl_flwr.parties.training_rules import heavy_label_noise, resolve_training
+from tpsl_flwr.parties.weight_average import resolve_average
 from tpsl_flwr.privacy.accounting import privacy_spent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.release.ledger import PrivacyLedger
@@ -85,6 +86,7 @@ def for_labels(
     optimizer: OptimizerFactory | None = None,
     lr_schedule: str = "cosine",
     validation_fraction: float | str = "auto",
+    average: str | bool = "auto",
     denoise: str = "auto",
     denoise_prior: str = "model",
     steps_per_message: int = 1,
@@ -183,6 +185,13 @@ def for_labels(
         Held-out fraction of the training ids, or ``auto`` (default: 0.1 from
         3 epochs and 2000 held-out ids on, else 0); refused above 0 for
         ``gaussian``.
+    average
+        ``auto`` (default), ``on`` or ``off``: return every party's weights
+        averaged over the later epochs, each party its own (the top model
+        here, each node its bottom model, on the label party's word); ``auto``
+        is on for runs of 3 or more epochs without a hold-out
+        (:func:`~tpsl_flwr.parties.weight_average.resolve_average`); ``on``
+        beside a hold-out is refused.
     denoise
         ``auto`` (default), ``posterior`` or ``none``: what the top model
         trains on (:func:`~tpsl_flwr.parties.training_rules.resolve_denoise`).
@@ -358,6 +367,7 @@ def for_labels(
     )
     if fraction > 0:
         check_validation_mechanism(mech)
+    resolve_average(average, epochs=epochs, held_out=fraction > 0)  # refused now
     denoised = denoise_of(denoise, denoise_prior, mech)
     if factory is None:
         decay = DEFAULT_WEIGHT_DECAY if weight_decay is None else weight_decay
@@ -427,6 +437,7 @@ def for_labels(
             lr_schedule=lr_schedule,
             pipeline_depth=pipeline_depth,
             wire_dtype=wire_dtype,
+            average=average,
         )
     except BaseException:
         if not release.resumed:

@@ -41,6 +41,7 @@ from tpsl_flwr._util.checks import check_int, check_positive_finite
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.parties.optim import lr_scale
+from tpsl_flwr.parties.weight_average import average_mode, resolve_average
 from tpsl_flwr.privacy.accounting import PrivacySpent, privacy_spent
 from tpsl_flwr.release.store import LabelStore, Release
 from tpsl_flwr.strategies.epoch_log import (
@@ -134,6 +135,14 @@ class TPSLStrategy(Strategy):
         ``float32`` (the default) or ``float16``: the dtype the perturbed
         gradient slices go in, cast after perturbation (post-processing,
         :mod:`~tpsl_flwr.wire.wire_dtype`).
+    average
+        ``on``: every party returns the mean of its weights after every
+        epoch but the first (its own weights only: the label party its
+        top model, each node its bottom model; the label party says when),
+        and the results report that model's metrics (``averaged``); ``auto``:
+        on for runs of at least 3 epochs without a hold-out
+        (:func:`~tpsl_flwr.parties.weight_average.resolve_average`); ``off``
+        (the default): the last or the restored best epoch.
 
     See ``docs/embedding.md`` for the contracts of both parties and for
     resuming an embedded run. :meth:`for_labels` builds the label party,
@@ -162,6 +171,7 @@ class TPSLStrategy(Strategy):
         lr_schedule: str = "constant",
         pipeline_depth: int = 0,
         wire_dtype: str = "float32",
+        average: str | bool = "off",
     ) -> None:
         for name, value in (
             ("batch_size", batch_size),
@@ -211,6 +221,9 @@ class TPSLStrategy(Strategy):
         if self.validation.active:
             check_validation_mechanism(label_party.mechanism)  # before any step
             label_party.hold_out(self.validation.ids)
+        self.average = average_mode(average)
+        self.averaged: dict[str, Any] | None = None
+        """The metrics of the averaged model the run returns (``None``: none)."""
         self.loop = EpochLoop(
             label_party,
             self.validation,
@@ -224,6 +237,7 @@ class TPSLStrategy(Strategy):
             poll_interval=self.poll_interval,
             audit=audit,
             checkpoints=store is not None,
+            average_from=self.average_from,
         )
         """The epochs' steps, evaluation query and best-epoch decision."""
         self._release = release
@@ -235,6 +249,13 @@ class TPSLStrategy(Strategy):
                 "a release: pass it as release=..., so the strategy is checked "
                 "against what the ledger recorded"
             )
+
+    @property
+    def average_from(self) -> int | None:
+        """The first epoch (0-based) the parties average over, or ``None``."""
+        return resolve_average(
+            self.average, epochs=self.epochs, held_out=self.validation.active
+        )
 
     @property
     def released_gradients(self) -> bool:
@@ -389,6 +410,7 @@ class TPSLStrategy(Strategy):
         if num_rounds is not None:
             check_int(num_rounds, "num_rounds")
             self.epochs = num_rounds
+            self.loop.average_from = self.average_from
         if initial_arrays is not None and len(initial_arrays):
             self.party.top.load_state_dict(initial_arrays.to_torch_state_dict())
         if self._release is not None:  # num_rounds, or a party changed since
@@ -432,6 +454,19 @@ class TPSLStrategy(Strategy):
             self.loop.send_to_all(grid, self.nodes, restore, timeout)
             self.best.restore(self.party)
             log(INFO, "restored epoch %d (lowest validation loss)", self.best.epoch + 1)
+        if self.loop.averaged:
+            metrics = self.loop.restore_average(grid, self.nodes, timeout)
+            self.averaged = {"epochs": self.loop.averaged, **dict(metrics or {})}
+            log(
+                INFO,
+                "restored the average of the last %d epochs' weights: %s",
+                self.loop.averaged,
+                ", ".join(
+                    f"{k} {v:.4f}" for k, v in metrics.items() if k.startswith("test_")
+                )
+                if metrics
+                else "no test split",
+            )
         result.arrays = ArrayRecord(self.party.top.state_dict())
         return result
 
@@ -468,6 +503,7 @@ class TPSLStrategy(Strategy):
             self.history = list(release.history)
             if self.best is not None and "best" in release.party_state:
                 self.best.load_state_dict(release.party_state["best"])
+            self.loop.load_average_state(release.party_state.get("average"))
             log(
                 INFO,
                 "resuming after epoch %d of %d (key %s)",
@@ -490,6 +526,9 @@ class TPSLStrategy(Strategy):
             state = self.party.state_dict()
             if self.best is not None:
                 state["best"] = self.best.state_dict()
+            average = self.loop.average_state()
+            if average is not None:
+                state["average"] = average
             self.store.save_checkpoint(epoch, self.history, state)
 
 

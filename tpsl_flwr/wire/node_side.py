@@ -35,6 +35,7 @@ from flwr.clientapp.typing import Mod
 
 from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.parties import NonLabelParty
+from tpsl_flwr.parties.weight_average import fold_average
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.arrays import to_array
 from tpsl_flwr.wire.batch_pack import gradient_batches, id_batches
@@ -49,6 +50,8 @@ CheckpointDir = Callable[[Context], Path | None] | str | Path | None
 STATE_KEY = "tpsl.party-state"
 BEST_KEY = "tpsl.best-state"
 """The state kept as the best epoch's (its ``version`` is the epoch)."""
+AVERAGE_KEY = "tpsl.weight-average"
+"""The running average of the bottom model's weights (``version``: epochs in it)."""
 KEEP_RUNS = 4
 """Runs a handler object keeps the parties of (every node of each), the latest used."""
 _KEEP_EVICTED = 64
@@ -141,6 +144,28 @@ def _best_state(context: Context, epoch: object) -> Any:
         raise ProtocolError(
             f"the label party asked to restore epoch {wanted}'s state, but this "
             f"node kept {'none' if kept is None else f'epoch {kept}'}"
+        )
+    return _state_from_record(record)
+
+
+def _average_in(party: NonLabelParty, context: Context) -> None:
+    """Fold the bottom model's current weights into the node's running average."""
+    record = context.state.config_records.get(AVERAGE_KEY)
+    count = 0 if record is None else P.as_int(record["version"], "averaged epochs")
+    average = None if record is None else _state_from_record(record)
+    folded = fold_average(average, party.bottom.state_dict(), count)
+    context.state[AVERAGE_KEY] = _state_record(folded, count + 1)
+
+
+def _average_state(context: Context, epochs: object) -> Any:
+    """The running average of ``epochs`` epochs' weights, or a ProtocolError."""
+    wanted = P.as_int(epochs, "restore-average")
+    record = context.state.config_records.get(AVERAGE_KEY)
+    kept = 0 if record is None else P.as_int(record["version"], "averaged epochs")
+    if record is None or kept != wanted:
+        raise ProtocolError(
+            f"the label party asked to restore the average of {wanted} epochs' "
+            f"weights, but this node averaged {kept}"
         )
     return _state_from_record(record)
 
@@ -284,6 +309,10 @@ class NonLabelHandlers:
                 context.state[BEST_KEY] = _state_record(
                     saved["best"], int(saved["best_epoch"])
                 )
+            if saved.get("average") is not None:
+                context.state[AVERAGE_KEY] = _state_record(
+                    saved["average"], int(saved["average_count"])
+                )
         if P.CHECKPOINTS in config:  # refused now, not after the first epoch
             self._checkpoint_file(context, "save a checkpoint after every epoch")
         self._save(party, context)  # version 0: later messages find this party
@@ -311,6 +340,9 @@ class NonLabelHandlers:
         pending = gradient_batches(content)
         batches = id_batches(content)
         splits = _batch_splits(config, len(batches))
+        fold = None  # the epoch to fold into the average, after the gradients
+        if P.AVERAGE_IN in config:
+            fold = P.as_int(config[P.AVERAGE_IN], "average-in")
         if P.KEEP_BEST in config:
             best = P.as_int(config[P.KEEP_BEST], "keep-best")
             context.state[BEST_KEY] = _state_record(party.state_dict(), best)
@@ -320,6 +352,11 @@ class NonLabelHandlers:
             party.set_lr_scale(_lr_scale(config[P.LR_SCALE]))
         for ids, grad in pending:
             party.apply_gradient(ids, grad)
+        # The average takes the epoch's weights after its last gradient.
+        if fold is not None:
+            _average_in(party, context)
+        if P.RESTORE_AVERAGE in config:
+            party.load_weights(_average_state(context, config[P.RESTORE_AVERAGE]))
         training = msg.metadata.message_type == P.MSG_TRAIN
         wire_dtype = check_wire_dtype(context.run_config.get(P.WIRE_DTYPE, FLOAT32))
         embeddings = ArrayRecord()
@@ -344,6 +381,10 @@ class NonLabelHandlers:
             if kept is not None:
                 saved["best"] = _state_from_record(kept)
                 saved["best_epoch"] = P.as_int(kept["version"], "best epoch")
+            average = context.state.config_records.get(AVERAGE_KEY)
+            if average is not None:
+                saved["average"] = _state_from_record(average)
+                saved["average_count"] = P.as_int(average["version"], "averaged")
             torch.save(saved, tmp)
             if path.exists():  # the label party may not have saved epoch `epoch`
                 path.replace(_previous(path))

@@ -60,6 +60,13 @@ KEEP_BEST = "keep-best"
 """Keep the current state as the best epoch's (the epoch number)."""
 RESTORE_BEST = "restore-best"
 """Load the state kept as the best epoch's (the epoch number)."""
+AVERAGE_IN = "average-in"
+"""Fold the current model into the running average of its weights, after
+every gradient of the message is applied (the epoch number;
+:mod:`~tpsl_flwr.parties.weight_average`)."""
+RESTORE_AVERAGE = "restore-average"
+"""Load the running average of the model's weights (the number of epochs it
+holds, which the node checks against its own)."""
 
 # Run-config key both parties read (public configuration, never sent in CONFIG).
 WIRE_DTYPE = "wire-dtype"
@@ -93,6 +100,8 @@ ALLOWED_CONFIG_KEYS = frozenset(
         LR_SCALE,
         KEEP_BEST,
         RESTORE_BEST,
+        AVERAGE_IN,
+        RESTORE_AVERAGE,
     }
 )
 """The only keys of :data:`CONFIG` a non-label party may receive."""

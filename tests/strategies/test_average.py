@@ -1,0 +1,208 @@
+"""Every party returns the tail average of its weights; the transcript stays."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tpsl_flwr import NoiseKey, make_mechanism
+from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.parties import LabelParty, NonLabelParty, adam
+from tpsl_flwr.strategies import TPSLStrategy
+from tpsl_flwr.testing.harness import run_strategy
+from tpsl_flwr.wire import protocol as P
+from tpsl_flwr.wire.node_side import make_client_app
+
+ROWS, EPOCHS = 64, 4
+X = np.random.default_rng(0).normal(size=(ROWS, 4)).astype(np.float32)
+LABELS = (X[:, 0] + X[:, 2] > 0).astype(np.int64)
+
+
+class Bottom(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(2, 3)
+
+    def forward(self, numeric, categorical):
+        return self.layer(numeric)
+
+
+def _run(average):
+    """A 4-epoch run; each party's weights after every epoch, and the end."""
+    torch.manual_seed(0)
+    nodes: dict[int, NonLabelParty] = {}
+
+    def node(context):
+        partition = int(context.node_config["partition-id"])
+        cols = slice(2 * partition, 2 * partition + 2)
+        torch.manual_seed(10 + partition)
+        party = NonLabelParty(
+            {"train": (X[:, cols], None)}, Bottom(), optimizer=adam(0.05)
+        )
+        nodes[partition] = party
+        return party
+
+    label_party = LabelParty(
+        nn.Linear(6, 1),
+        LABELS,
+        make_mechanism("laplace", epsilon=1.0),
+        NoiseKey.from_seed(0),
+        optimizer=adam(0.05),
+    )
+    snapshots: dict[str, list[dict[str, torch.Tensor]]] = {"top": [], 0: [], 1: []}
+
+    def on_epoch_end(epoch, entry):
+        snapshots["top"].append(_copy(label_party.top.state_dict()))
+        for partition, party in nodes.items():
+            snapshots[partition].append(_copy(party.bottom.state_dict()))
+
+    strategy = TPSLStrategy(
+        label_party,
+        batch_size=16,
+        epochs=EPOCHS,
+        num_nodes=2,
+        on_epoch_end=on_epoch_end,
+        average=average,
+    )
+    report = run_strategy(strategy, make_client_app(node), num_nodes=2, seed=0)
+    final = {"top": _copy(label_party.top.state_dict())}
+    final.update({p: _copy(party.bottom.state_dict()) for p, party in nodes.items()})
+    return strategy, report, snapshots, final
+
+
+def _copy(state):
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def _mean(states):
+    return {k: torch.stack([s[k] for s in states]).mean(0) for k in states[0]}
+
+
+def test_every_party_returns_the_mean_of_its_last_epochs_and_the_transcript_stays():
+    # Execute: the same run averaged and not
+    averaged, report, snapshots, final = _run("on")
+    plain, plain_report, plain_snapshots, plain_final = _run("off")
+    # Assert: each party's returned weights are the mean of its own snapshots
+    # of epochs 2 to 4 (all after the first), the label party's and the nodes'
+    start = 1
+    for who in ("top", 0, 1):
+        want = _mean(snapshots[who][start:])
+        for name, value in final[who].items():
+            torch.testing.assert_close(value, want[name], rtol=0, atol=1e-6)
+        # and not the last epoch's (the average is a different model)
+        assert any(not torch.equal(final[who][k], snapshots[who][-1][k]) for k in want)
+        # Off: the last epoch's weights, as before
+        for name, value in plain_final[who].items():
+            assert torch.equal(value, plain_snapshots[who][-1][name])
+    # The training itself and what every node received are unchanged
+    for who in ("top", 0, 1):
+        for mine, theirs in zip(snapshots[who], plain_snapshots[who], strict=True):
+            for name in mine:
+                assert torch.equal(mine[name], theirs[name])
+    for partition in (0, 1):
+        sent = report.dispatched[partition]
+        before = plain_report.dispatched[partition]
+        assert len(sent) == len(before) == EPOCHS * ROWS // 16
+        for a, b in zip(sent, before, strict=True):
+            assert np.array_equal(a.ids, b.ids)
+            assert np.array_equal(a.gradient, b.gradient)
+    # Only allow-listed keys went out, and the averaged model was evaluated
+    for msg in report.messages:
+        assert set(msg.content.config_records[P.CONFIG]) <= P.ALLOWED_CONFIG_KEYS
+    folds = [
+        m for m in report.messages if P.AVERAGE_IN in m.content.config_records[P.CONFIG]
+    ]
+    assert len(folds) == 2 * (EPOCHS - start)  # each node, each averaged epoch
+    assert averaged.averaged is not None and averaged.averaged["epochs"] == 3
+    assert plain.averaged is None
+
+
+def test_the_strategy_resolves_auto_from_its_epochs_and_refuses_on_with_a_hold_out():
+    labels = np.random.default_rng(0).integers(0, 2, size=30_000)
+
+    def party():
+        return LabelParty(
+            nn.Linear(4, 1),
+            labels,
+            make_mechanism("laplace", epsilon=1.0),
+            NoiseKey.from_seed(1),
+        )
+
+    assert TPSLStrategy(party(), epochs=8, average="auto").average_from == 1
+    assert TPSLStrategy(party(), epochs=2, average="auto").average_from is None
+    held = TPSLStrategy(party(), epochs=3, average="auto", validation_fraction="auto")
+    assert held.validation.active and held.average_from is None
+    with pytest.raises(ConfigError, match="validation-fraction = 0"):
+        TPSLStrategy(party(), epochs=3, average="on", validation_fraction=0.1)
+
+
+def test_a_resumed_run_returns_the_average_of_an_uninterrupted_one(tmp_path):
+    """The average is checkpointed on both sides with the epoch it belongs to."""
+    from tpsl_flwr.privacy.accounting import privacy_spent
+    from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding
+
+    mechanism = make_mechanism("laplace", epsilon=1.0)
+    binding = NoiseBinding.of(
+        mechanism=mechanism, placement="logits", reuse_noise=True, id_space={}
+    )
+    records = LabelRecords(np.arange(ROWS), LABELS)
+
+    def run(folder, *, resume, stop_after=None):
+        store = LabelStore(folder / "label")
+        if not resume:  # both runs draw the same noise
+            store.provide_key(NoiseKey.from_seed(7), origin="seed")
+        release = store.open_release(
+            binding,
+            resume=resume,
+            labels=records,
+            privacy=privacy_spent(mechanism=mechanism, epochs=EPOCHS),
+            rehearsal=True,
+        )
+        nodes: dict[int, NonLabelParty] = {}
+
+        def node(context):
+            partition = int(context.node_config["partition-id"])
+            torch.manual_seed(10 + partition)
+            cols = slice(2 * partition, 2 * partition + 2)
+            nodes[partition] = NonLabelParty(
+                {"train": (X[:, cols], None)}, Bottom(), optimizer=adam(0.05)
+            )
+            return nodes[partition]
+
+        torch.manual_seed(0)
+        party = LabelParty(
+            nn.Linear(6, 1), LABELS, mechanism, release.key, optimizer=adam(0.05)
+        )
+
+        def on_epoch_end(epoch, entry):
+            if epoch == stop_after:
+                raise KeyboardInterrupt("stopped")
+
+        strategy = TPSLStrategy(
+            party,
+            batch_size=16,
+            epochs=EPOCHS,
+            num_nodes=2,
+            store=store,
+            release=release,
+            on_epoch_end=on_epoch_end,
+            lr_schedule="constant",
+            average="on",
+        )
+        app = make_client_app(node, checkpoint_dir=folder / "nodes")
+        run_strategy(strategy, app, num_nodes=2, seed=0)
+        weights = {"top": _copy(party.top.state_dict())}
+        weights.update({p: _copy(n.bottom.state_dict()) for p, n in nodes.items()})
+        return strategy, weights
+
+    # Execute: stopped after epoch 3 (two epochs averaged), then resumed
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "a", resume=False, stop_after=2)
+    resumed, weights = run(tmp_path / "a", resume=True)
+    _, expected = run(tmp_path / "b", resume=False)
+    # Assert: the same three epochs averaged, the same weights on every side
+    assert resumed.start_epoch == 3
+    assert resumed.averaged is not None and resumed.averaged["epochs"] == 3
+    for who in ("top", 0, 1):
+        for name, value in expected[who].items():
+            torch.testing.assert_close(weights[who][name], value, rtol=0, atol=1e-6)
