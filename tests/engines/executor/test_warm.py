@@ -10,7 +10,7 @@ from flwr.app import Context, RecordDict
 
 from tpsl_flwr.cli.executor import check_loopback
 from tpsl_flwr.engines.executor import warm
-from tpsl_flwr.engines.executor.fab_match import WarmVerdict
+from tpsl_flwr.engines.executor.fab_match import DEFAULT_WARM_APP, WarmVerdict
 from tpsl_flwr.engines.executor.warm import (
     DEFAULT_TASK_BOUND,
     EXIT_STUCK,
@@ -21,7 +21,7 @@ from tpsl_flwr.engines.executor.warm import (
     restart,
     task_bound,
 )
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.wire.node_edge import read_node_error
 
 THEIR_PYPROJECT = """
@@ -148,3 +148,20 @@ def test_a_stuck_task_without_a_restart_command_exits(
     restart(None, exit_=codes.append)
 
     assert codes == [EXIT_STUCK]
+
+
+def test_a_bundle_judged_warm_by_its_folder_but_not_by_its_bytes_is_refused(
+    executor: WarmExecutor,
+) -> None:
+    # Prepare: a verdict from an installed folder (found by 8 hex digits of the
+    # hash), then the task's own bytes: not a bundle of the imported code
+    fab_hash = "ab" * 32
+    executor.verdicts = {fab_hash: WarmVerdict(DEFAULT_WARM_APP, None)}
+    assert executor.warm_for(fab_hash)
+
+    # Execute / Assert: refused naming why; nothing warm is kept for it
+    with pytest.raises(ProtocolError, match="its own bytes do not run warm"):
+        executor._confirm_bytes(b"not this bundle", fab_hash)
+    assert not executor.verdicts[fab_hash].warm
+    assert executor.warm_hash is None
+    assert not executor.warm_for(fab_hash)
