@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from tpsl_flwr.engines.executor.fab_match import (
     find_installed,
     install_bundle,
     judge_fab,
+    judge_fab_bytes,
     package_digest,
 )
 from tpsl_flwr.engines.executor.flower_seam import build_fab_from_disk
@@ -154,3 +157,45 @@ def test_a_bundle_installed_before_the_run_is_the_one_flwr_run_ships(
     assert folder is not None and folder.parent == home / "apps"
     assert judge_fab(folder, [DEFAULT_WARM_APP]).warm
     assert find_installed(fab_hash.replace(fab_hash[0], "x", 1), home) is None
+
+
+def _rezip(content: bytes, name: str, data: bytes | None) -> bytes:
+    """The bundle ``content`` with file ``name`` replaced (None: removed)."""
+    out = io.BytesIO()
+    with (
+        zipfile.ZipFile(io.BytesIO(content)) as source,
+        zipfile.ZipFile(out, "w") as target,
+    ):
+        for info in source.infolist():
+            if info.filename != name:
+                target.writestr(info, source.read(info))
+        if data is not None:
+            target.writestr(name, data)
+    return out.getvalue()
+
+
+def test_a_bundles_own_bytes_are_judged_as_its_installed_folder_is() -> None:
+    # Prepare: the project's bundle as flwr run builds it
+    with staged_app(PACKAGE.parent) as staged:
+        fab = build_fab_from_disk(staged)
+    node_side = "tpsl_flwr/wire/node_side.py"
+    with zipfile.ZipFile(io.BytesIO(fab)) as z:
+        original = z.read(node_side)
+
+    # Execute
+    warm = judge_fab_bytes(fab, [DEFAULT_WARM_APP])
+    changed = judge_fab_bytes(
+        _rezip(fab, node_side, original + b"# 1\n"), [DEFAULT_WARM_APP]
+    )
+    missing = judge_fab_bytes(_rezip(fab, node_side, None), [DEFAULT_WARM_APP])
+    foreign = judge_fab_bytes(fab, ["theirapp.client:app"])
+    broken = judge_fab_bytes(b"not a zip", [DEFAULT_WARM_APP])
+
+    # Assert
+    assert warm.warm and warm.app_ref == DEFAULT_WARM_APP
+    assert changed.reason is not None and "node_side.py differs" in changed.reason
+    assert missing.reason is not None and "node_side.py is imported here but not" in (
+        missing.reason
+    )
+    assert foreign.reason is not None and "not in --warm-app" in foreign.reason
+    assert broken.reason is not None and "no ClientApp reference" in broken.reason

@@ -15,7 +15,7 @@ from flwr.clientapp import ClientApp
 
 from tpsl_flwr.cli.executor import check_loopback
 from tpsl_flwr.engines.executor import warm
-from tpsl_flwr.engines.executor.fab_match import WarmVerdict
+from tpsl_flwr.engines.executor.fab_match import DEFAULT_WARM_APP, WarmVerdict
 from tpsl_flwr.engines.executor.warm import (
     DEFAULT_TASK_BOUND,
     EXIT_STUCK,
@@ -27,7 +27,7 @@ from tpsl_flwr.engines.executor.warm import (
     task_bound,
 )
 from tpsl_flwr.engines.virtual_nodes import task_identity
-from tpsl_flwr.errors import ConfigError, PrivacyError
+from tpsl_flwr.errors import ConfigError, PrivacyError, ProtocolError
 from tpsl_flwr.wire.node_edge import read_node_error
 
 THEIR_PYPROJECT = """
@@ -278,6 +278,7 @@ def _warm_executor(called: list[int]) -> WarmExecutor:
     executor = WarmExecutor(ExecutorSettings("127.0.0.1:9"))
     executor.verdicts = {FAB: WarmVerdict("fake.app:app", None)}
     executor.warm_hash = FAB
+    executor._confirmed.add(FAB)  # its bytes judged (the fake sends none)
     executor.app = app
     return executor
 
@@ -340,3 +341,20 @@ def test_a_refused_superexec_signature_stops_the_executor_naming_the_secret(
         "(HTTP 401): its secret is not the one given to this SuperNode"
     )
     assert sigints == []
+
+
+def test_a_bundle_judged_warm_by_its_folder_but_not_by_its_bytes_is_refused(
+    executor: WarmExecutor,
+) -> None:
+    # Prepare: a verdict from an installed folder (found by 8 hex digits of the
+    # hash), then the task's own bytes: not a bundle of the imported code
+    fab_hash = "ab" * 32
+    executor.verdicts = {fab_hash: WarmVerdict(DEFAULT_WARM_APP, None)}
+    assert executor.warm_for(fab_hash)
+
+    # Execute / Assert: refused naming why; nothing warm is kept for it
+    with pytest.raises(ProtocolError, match="its own bytes do not run warm"):
+        executor._confirm_bytes(b"not this bundle", fab_hash)
+    assert not executor.verdicts[fab_hash].warm
+    assert executor.warm_hash is None
+    assert not executor.warm_for(fab_hash)

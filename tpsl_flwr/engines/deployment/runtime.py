@@ -239,9 +239,12 @@ class DeploymentRuntime:
             find_nginx()  # never fall back to exposing the Control API
             for name in BYPASS_ENV:  # no gRPC Control/Fleet server past nginx
                 self.env.pop(name, None)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        # 0700 when made here, whatever the umask: the logs, the SuperExec
+        # secret and the installed bundles Flower reuses (an existing folder is
+        # the caller's, taken as it is)
+        make_private_dir(self.log_dir, check=False)
         assert self.flwr_home is not None
-        self.flwr_home.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.flwr_home, check=False)
         deadline = time.monotonic() + self.startup_timeout
         if self.secure:
             self.certificates = security.prepare_certificates(

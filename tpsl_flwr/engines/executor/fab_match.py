@@ -15,9 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import io
+import sys
+import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 from tpsl_flwr.engines.executor.flower_seam import (
     build_fab_from_disk,
@@ -33,6 +41,7 @@ __all__ = [
     "find_installed",
     "install_bundle",
     "judge_fab",
+    "judge_fab_bytes",
     "package_digest",
 ]
 
@@ -211,6 +220,75 @@ def judge_fab(
     differs = code_difference(app_dir, ref.partition(":")[0], digest)
     if differs is not None:
         return WarmVerdict(ref, f"the FAB's code is not the imported code: {differs}")
+    return WarmVerdict(ref, None)
+
+
+def judge_fab_bytes(
+    content: bytes,
+    allowed: Iterable[str],
+    imported: Mapping[str, Mapping[str, str]] | None = None,
+) -> WarmVerdict:
+    """:func:`judge_fab` on the bundle's own bytes (the FAB a task brought).
+
+    The installed folder is found by the first 8 hex digits of a hash only
+    (Flower's naming), so a task's bundle is judged from the folder when it
+    arrives and confirmed here, from the bytes pulled with the task, before
+    its ClientApp runs warm: the same allow-list and the same byte-for-byte
+    comparison with the imported code.
+
+    Parameters
+    ----------
+    content
+        The FAB (a zip: ``pyproject.toml``, the packages, ``.info/``).
+    allowed, imported
+        As :func:`judge_fab`.
+
+    Returns
+    -------
+    WarmVerdict
+        Warm, or one line saying why not.
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(content)) as fab:
+            files = {
+                info.filename: fab.read(info)
+                for info in fab.infolist()
+                if not info.is_dir() and not info.filename.startswith(".info/")
+            }
+        config = tomllib.loads(files["pyproject.toml"].decode("utf-8"))
+        ref = str(config["tool"]["flwr"]["app"]["components"]["clientapp"])
+    except (zipfile.BadZipFile, KeyError, ValueError, TypeError) as err:
+        why = " ".join(str(err).split())
+        return WarmVerdict(None, f"no ClientApp reference in the bundle ({why})")
+    allowed = list(allowed)
+    if ref not in allowed:
+        return WarmVerdict(ref, f"ClientApp {ref!r} is not in --warm-app {allowed}")
+    module = ref.partition(":")[0]
+    top = module.split(".")[0]
+    digest = None if imported is None else imported.get(ref)
+    try:
+        ours = package_digest(module) if digest is None else dict(digest)
+    except ImportError as err:
+        return WarmVerdict(ref, f"{top} does not import here ({err})")
+    prefix = f"{top}/"
+    theirs = {
+        name[len(prefix) :]: data
+        for name, data in files.items()
+        if name.startswith(prefix) and "__pycache__" not in name.split("/")
+    }
+    if not theirs:
+        return WarmVerdict(ref, f"the FAB has no {top}/ package")
+    for name, data in sorted(theirs.items()):
+        if name not in ours:
+            why = f"{top}/{name} is in the FAB, not in the imported package"
+            return WarmVerdict(ref, f"the FAB's code is not the imported code: {why}")
+        if hashlib.sha256(data).hexdigest() != ours[name]:
+            why = f"{top}/{name} differs from the imported copy"
+            return WarmVerdict(ref, f"the FAB's code is not the imported code: {why}")
+    for name in ours:
+        if name.endswith(".py") and name not in theirs:
+            why = f"{top}/{name} is imported here but not in the FAB"
+            return WarmVerdict(ref, f"the FAB's code is not the imported code: {why}")
     return WarmVerdict(ref, None)
 
 

@@ -52,6 +52,7 @@ own user listens on (:mod:`~tpsl_flwr.engines.executor.listener`).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import subprocess
@@ -76,6 +77,7 @@ from tpsl_flwr.engines.executor.fab_match import (
     find_installed,
     imported_root,
     judge_fab,
+    judge_fab_bytes,
     package_digest,
 )
 from tpsl_flwr.engines.executor.listener import check_listener
@@ -231,6 +233,7 @@ class WarmExecutor:
         self.failed_runs: OrderedDict[int, str] = OrderedDict()
         self.served = 0
         self._unreachable = False
+        self._confirmed: set[str] = set()  # FABs whose own bytes were judged
         # the code this process loads warm, as it is at start (after preload)
         self.imported: dict[str, dict[str, str]] = {}
         for ref in settings.warm_apps:
@@ -370,6 +373,30 @@ class WarmExecutor:
             )
         return verdict
 
+    def _confirm_bytes(self, content: bytes, fab_hash: str) -> None:
+        """Confirm, once per FAB, that the bundle's own bytes run warm.
+
+        The verdict came from the installed folder, found by 8 hex digits of
+        the hash; a bundle whose bytes do not hash to ``fab_hash`` or whose
+        code is not the imported code is refused (this task gets an error
+        reply) and runs stock from then on.
+        """
+        if fab_hash in self._confirmed:
+            return
+        actual = hashlib.sha256(content).hexdigest()
+        verdict = judge_fab_bytes(content, self.settings.warm_apps, self.imported)
+        if actual != fab_hash:
+            verdict = WarmVerdict(None, f"its bytes hash to {actual[:8]}, not its id")
+        if not verdict.warm:
+            self.verdicts[fab_hash] = verdict
+            if self.app is None:
+                self.warm_hash = None  # nothing loaded: another FAB may be warm
+            raise ProtocolError(
+                f"FAB {fab_hash[:8]} was judged warm from its installed folder, "
+                f"but its own bytes do not run warm: {verdict.reason}"
+            )
+        self._confirmed.add(fab_hash)
+
     def _load(self, ref: str) -> ClientApp:
         if self.app is None:
             app = F.load_app(ref, F.LoadClientAppError, imported_root(ref))
@@ -466,6 +493,7 @@ class WarmExecutor:
                     f"task {task.task_id} brought FAB {fab.hash_str[:8]}, not the "
                     f"FAB {str(self.warm_hash)[:8]} loaded warm"
                 )
+            self._confirm_bytes(fab.content, fab.hash_str)
             refused = self.failed_runs.get(context.run_id)
             if refused is not None:
                 raise ProtocolError(
