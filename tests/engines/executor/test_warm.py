@@ -354,7 +354,7 @@ def test_a_bundle_judged_warm_by_its_folder_but_not_by_its_bytes_is_refused(
 
     # Execute / Assert: refused naming why; nothing warm is kept for it
     with pytest.raises(ProtocolError, match="its own bytes do not run warm"):
-        executor._confirm_bytes(b"not this bundle", fab_hash)
+        executor._confirm_bytes(SimpleNamespace(hash_str=fab_hash, content=b"no"))
     assert not executor.verdicts[fab_hash].warm
     assert executor.warm_hash is None
     assert not executor.warm_for(fab_hash)

@@ -373,18 +373,20 @@ class WarmExecutor:
             )
         return verdict
 
-    def _confirm_bytes(self, content: bytes, fab_hash: str) -> None:
+    def _confirm_bytes(self, fab: Any) -> None:
         """Confirm, once per FAB, that the bundle's own bytes run warm.
 
         The verdict came from the installed folder, found by 8 hex digits of
-        the hash; a bundle whose bytes do not hash to ``fab_hash`` or whose
+        the hash; a bundle (Flower's ``Fab``) whose bytes do not hash to its
+        ``hash_str`` or whose
         code is not the imported code is refused (this task gets an error
         reply) and runs stock from then on.
         """
+        fab_hash = str(fab.hash_str)
         if fab_hash in self._confirmed:
             return
-        actual = hashlib.sha256(content).hexdigest()
-        verdict = judge_fab_bytes(content, self.settings.warm_apps, self.imported)
+        actual = hashlib.sha256(fab.content).hexdigest()
+        verdict = judge_fab_bytes(fab.content, self.settings.warm_apps, self.imported)
         if actual != fab_hash:
             verdict = WarmVerdict(None, f"its bytes hash to {actual[:8]}, not its id")
         if not verdict.warm:
@@ -493,7 +495,7 @@ class WarmExecutor:
                     f"task {task.task_id} brought FAB {fab.hash_str[:8]}, not the "
                     f"FAB {str(self.warm_hash)[:8]} loaded warm"
                 )
-            self._confirm_bytes(fab.content, fab.hash_str)
+            self._confirm_bytes(fab)
             refused = self.failed_runs.get(context.run_id)
             if refused is not None:
                 raise ProtocolError(
