@@ -130,6 +130,7 @@ def test_the_strategy_resolves_auto_from_its_epochs_and_refuses_on_with_a_hold_o
 
     assert TPSLStrategy(party(), epochs=8, average="auto").average_from == 1
     assert TPSLStrategy(party(), epochs=2, average="auto").average_from is None
+    assert TPSLStrategy(party(), epochs=4, average="auto").average_from is None
     held = TPSLStrategy(party(), epochs=3, average="auto", validation_fraction="auto")
     assert held.validation.active and held.average_from is None
     with pytest.raises(ConfigError, match="validation-fraction = 0"):
