@@ -115,6 +115,9 @@ def test_every_party_returns_the_mean_of_its_last_epochs_and_the_transcript_stay
     assert len(folds) == 2 * (EPOCHS - start)  # each node, each averaged epoch
     assert averaged.averaged is not None and averaged.averaged["epochs"] == 3
     assert plain.averaged is None
+    # What the run reports is the returned model's: the average's, or the last
+    assert averaged.final_metrics == averaged.averaged
+    assert plain.final_metrics == plain.history[-1]
 
 
 def test_the_strategy_resolves_auto_from_its_epochs_and_refuses_on_with_a_hold_out():
