@@ -210,3 +210,20 @@ def test_a_resumed_run_returns_the_average_of_an_uninterrupted_one(tmp_path):
     for who in ("top", 0, 1):
         for name, value in expected[who].items():
             torch.testing.assert_close(weights[who][name], value, rtol=0, atol=1e-6)
+
+
+def test_a_node_refuses_to_load_an_average_of_another_count(monkeypatch):
+    """A label party asking for 4 epochs' average where the nodes hold 3 stops."""
+    from tpsl_flwr.errors import TPSLError
+    from tpsl_flwr.strategies.epoch_loop import EpochLoop
+
+    original = EpochLoop.send_to_all
+
+    def miscounting(self, grid, nodes, settings, timeout):
+        if P.RESTORE_AVERAGE in settings:
+            settings = {P.RESTORE_AVERAGE: settings[P.RESTORE_AVERAGE] + 1}
+        return original(self, grid, nodes, settings, timeout)
+
+    monkeypatch.setattr(EpochLoop, "send_to_all", miscounting)
+    with pytest.raises(TPSLError, match=r"restore the average of 4 .* averaged 3"):
+        _run("on")
