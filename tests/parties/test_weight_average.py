@@ -64,7 +64,8 @@ def test_a_mismatched_snapshot_or_count_is_refused_by_name():
     [
         ("auto", 1, False, None),
         ("auto", 2, False, None),  # nothing to average a 2-epoch run over
-        ("auto", 3, False, 1),
+        ("auto", 3, False, None),  # still learning: nothing gained at 3
+        ("auto", 5, False, 1),
         ("auto", 8, False, 1),
         ("auto", 16, False, 1),
         ("auto", 8, True, None),  # the hold-out restores its best epoch

@@ -115,6 +115,9 @@ def test_every_party_returns_the_mean_of_its_last_epochs_and_the_transcript_stay
     assert len(folds) == 2 * (EPOCHS - start)  # each node, each averaged epoch
     assert averaged.averaged is not None and averaged.averaged["epochs"] == 3
     assert plain.averaged is None
+    # What the run reports is the returned model's: the average's, or the last
+    assert averaged.final_metrics == averaged.averaged
+    assert plain.final_metrics == plain.history[-1]
 
 
 def test_the_strategy_resolves_auto_from_its_epochs_and_refuses_on_with_a_hold_out():
@@ -130,6 +133,7 @@ def test_the_strategy_resolves_auto_from_its_epochs_and_refuses_on_with_a_hold_o
 
     assert TPSLStrategy(party(), epochs=8, average="auto").average_from == 1
     assert TPSLStrategy(party(), epochs=2, average="auto").average_from is None
+    assert TPSLStrategy(party(), epochs=4, average="auto").average_from is None
     held = TPSLStrategy(party(), epochs=3, average="auto", validation_fraction="auto")
     assert held.validation.active and held.average_from is None
     with pytest.raises(ConfigError, match="validation-fraction = 0"):
@@ -206,3 +210,20 @@ def test_a_resumed_run_returns_the_average_of_an_uninterrupted_one(tmp_path):
     for who in ("top", 0, 1):
         for name, value in expected[who].items():
             torch.testing.assert_close(weights[who][name], value, rtol=0, atol=1e-6)
+
+
+def test_a_node_refuses_to_load_an_average_of_another_count(monkeypatch):
+    """A label party asking for 4 epochs' average where the nodes hold 3 stops."""
+    from tpsl_flwr.errors import TPSLError
+    from tpsl_flwr.strategies.epoch_loop import EpochLoop
+
+    original = EpochLoop.send_to_all
+
+    def miscounting(self, grid, nodes, settings, timeout):
+        if P.RESTORE_AVERAGE in settings:
+            settings = {P.RESTORE_AVERAGE: settings[P.RESTORE_AVERAGE] + 1}
+        return original(self, grid, nodes, settings, timeout)
+
+    monkeypatch.setattr(EpochLoop, "send_to_all", miscounting)
+    with pytest.raises(TPSLError, match=r"restore the average of 4 .* averaged 3"):
+        _run("on")

@@ -347,9 +347,7 @@ def run_label_party(
         privacy["notes"] = [*privacy.get("notes", []), *ledger_notes(ledger)]
     history = strategy.history
     best = strategy.best.epoch if strategy.best is not None else None
-    final = history[best] if best is not None else history[-1] if history else {}
-    if strategy.averaged is not None:  # the tail average is what the run returns
-        final = strategy.averaged
+    final = strategy.final_metrics  # of the model the run returns
     rates = [h["samples_per_second"] for h in history]
     results: dict[str, Any] = {
         "engine": engine,

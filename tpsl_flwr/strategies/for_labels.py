@@ -189,7 +189,7 @@ def for_labels(
         ``auto`` (default), ``on`` or ``off``: return every party's weights
         averaged over the later epochs, each party its own (the top model
         here, each node its bottom model, on the label party's word); ``auto``
-        is on for runs of 3 or more epochs without a hold-out
+        is on for runs of 5 or more epochs without a hold-out
         (:func:`~tpsl_flwr.parties.weight_average.resolve_average`); ``on``
         beside a hold-out is refused.
     denoise

@@ -140,7 +140,7 @@ class TPSLStrategy(Strategy):
         epoch but the first (its own weights only: the label party its
         top model, each node its bottom model; the label party says when),
         and the results report that model's metrics (``averaged``); ``auto``:
-        on for runs of at least 3 epochs without a hold-out
+        on for runs of at least 5 epochs without a hold-out
         (:func:`~tpsl_flwr.parties.weight_average.resolve_average`); ``off``
         (the default): the last or the restored best epoch.
 
@@ -249,6 +249,20 @@ class TPSLStrategy(Strategy):
                 "a release: pass it as release=..., so the strategy is checked "
                 "against what the ledger recorded"
             )
+
+    @property
+    def final_metrics(self) -> dict[str, Any]:
+        """The metrics of the model the run returns (after :meth:`start`).
+
+        The averaged model's (:attr:`averaged`, ``average`` on), else the
+        restored best epoch's (a hold-out), else the last epoch's history
+        entry; empty before any epoch.
+        """
+        if self.averaged is not None:
+            return dict(self.averaged)
+        if self.best is not None and self.best.epoch is not None:
+            return dict(self.history[self.best.epoch])
+        return dict(self.history[-1]) if self.history else {}
 
     @property
     def average_from(self) -> int | None:

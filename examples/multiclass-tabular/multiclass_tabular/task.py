@@ -234,7 +234,7 @@ def build_strategy(
 
 def results_of(result: Any, strategy: TPSLStrategy, cfg: AppConfig) -> dict[str, Any]:
     """The run's results: final test metrics, epsilon, history."""
-    last = strategy.history[-1] if strategy.history else {}
+    last = strategy.final_metrics  # the returned model's (its average from 5 epochs)
     return {
         "test_accuracy": last.get("test_accuracy"),
         "epsilon_spent": result.epsilon_spent,

@@ -226,7 +226,7 @@ def train(grid: Grid, run_config: Mapping[str, Any]) -> dict[str, Any]:
     cfg = AppConfig.from_run_config(run_config)
     strategy = build_strategy(run_config)
     result = strategy.start(grid=grid)
-    last = strategy.history[-1] if strategy.history else {}
+    last = strategy.final_metrics  # the returned model's (its average from 5 epochs)
     log(
         INFO,
         "test accuracy %.4f, epsilon spent %s (total %s), %s",
