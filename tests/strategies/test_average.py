@@ -27,8 +27,12 @@ class Bottom(nn.Module):
         return self.layer(numeric)
 
 
-def _run(average):
-    """A 4-epoch run; each party's weights after every epoch, and the end."""
+def _run(average, wrap=None, seen=None):
+    """A 4-epoch run; each party's weights after every epoch, and the end.
+
+    ``wrap``: a function of the ClientApp serving the nodes instead of it;
+    ``seen`` (a dict): gets the strategy before the run (which may raise).
+    """
     torch.manual_seed(0)
     nodes: dict[int, NonLabelParty] = {}
 
@@ -64,7 +68,10 @@ def _run(average):
         on_epoch_end=on_epoch_end,
         average=average,
     )
-    report = run_strategy(strategy, make_client_app(node), num_nodes=2, seed=0)
+    if seen is not None:
+        seen["strategy"] = strategy
+    app = make_client_app(node)
+    report = run_strategy(strategy, wrap(app) if wrap else app, num_nodes=2, seed=0)
     final = {"top": _copy(label_party.top.state_dict())}
     final.update({p: _copy(party.bottom.state_dict()) for p, party in nodes.items()})
     return strategy, report, snapshots, final
@@ -140,8 +147,8 @@ def test_the_strategy_resolves_auto_from_its_epochs_and_refuses_on_with_a_hold_o
         TPSLStrategy(party(), epochs=3, average="on", validation_fraction=0.1)
 
 
-def test_a_resumed_run_returns_the_average_of_an_uninterrupted_one(tmp_path):
-    """The average is checkpointed on both sides with the epoch it belongs to."""
+def _resumable(folder, *, resume, stop_after=None, average="on"):
+    """A 4-epoch run with a store; stopped after ``stop_after``, or resumed."""
     from tpsl_flwr.privacy.accounting import privacy_spent
     from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding
 
@@ -150,60 +157,61 @@ def test_a_resumed_run_returns_the_average_of_an_uninterrupted_one(tmp_path):
         mechanism=mechanism, placement="logits", reuse_noise=True, id_space={}
     )
     records = LabelRecords(np.arange(ROWS), LABELS)
+    store = LabelStore(folder / "label")
+    if not resume:  # every fresh run draws the same noise
+        store.provide_key(NoiseKey.from_seed(7), origin="seed")
+    release = store.open_release(
+        binding,
+        resume=resume,
+        labels=records,
+        privacy=privacy_spent(mechanism=mechanism, epochs=EPOCHS),
+        rehearsal=True,
+    )
+    nodes: dict[int, NonLabelParty] = {}
 
-    def run(folder, *, resume, stop_after=None):
-        store = LabelStore(folder / "label")
-        if not resume:  # both runs draw the same noise
-            store.provide_key(NoiseKey.from_seed(7), origin="seed")
-        release = store.open_release(
-            binding,
-            resume=resume,
-            labels=records,
-            privacy=privacy_spent(mechanism=mechanism, epochs=EPOCHS),
-            rehearsal=True,
+    def node(context):
+        partition = int(context.node_config["partition-id"])
+        torch.manual_seed(10 + partition)
+        cols = slice(2 * partition, 2 * partition + 2)
+        nodes[partition] = NonLabelParty(
+            {"train": (X[:, cols], None)}, Bottom(), optimizer=adam(0.05)
         )
-        nodes: dict[int, NonLabelParty] = {}
+        return nodes[partition]
 
-        def node(context):
-            partition = int(context.node_config["partition-id"])
-            torch.manual_seed(10 + partition)
-            cols = slice(2 * partition, 2 * partition + 2)
-            nodes[partition] = NonLabelParty(
-                {"train": (X[:, cols], None)}, Bottom(), optimizer=adam(0.05)
-            )
-            return nodes[partition]
+    torch.manual_seed(0)
+    party = LabelParty(
+        nn.Linear(6, 1), LABELS, mechanism, release.key, optimizer=adam(0.05)
+    )
 
-        torch.manual_seed(0)
-        party = LabelParty(
-            nn.Linear(6, 1), LABELS, mechanism, release.key, optimizer=adam(0.05)
-        )
+    def on_epoch_end(epoch, entry):
+        if epoch == stop_after:
+            raise KeyboardInterrupt("stopped")
 
-        def on_epoch_end(epoch, entry):
-            if epoch == stop_after:
-                raise KeyboardInterrupt("stopped")
+    strategy = TPSLStrategy(
+        party,
+        batch_size=16,
+        epochs=EPOCHS,
+        num_nodes=2,
+        store=store,
+        release=release,
+        on_epoch_end=on_epoch_end,
+        lr_schedule="constant",
+        average=average,
+    )
+    app = make_client_app(node, checkpoint_dir=folder / "nodes")
+    run_strategy(strategy, app, num_nodes=2, seed=0)
+    weights = {"top": _copy(party.top.state_dict())}
+    weights.update({p: _copy(n.bottom.state_dict()) for p, n in nodes.items()})
+    return strategy, weights
 
-        strategy = TPSLStrategy(
-            party,
-            batch_size=16,
-            epochs=EPOCHS,
-            num_nodes=2,
-            store=store,
-            release=release,
-            on_epoch_end=on_epoch_end,
-            lr_schedule="constant",
-            average="on",
-        )
-        app = make_client_app(node, checkpoint_dir=folder / "nodes")
-        run_strategy(strategy, app, num_nodes=2, seed=0)
-        weights = {"top": _copy(party.top.state_dict())}
-        weights.update({p: _copy(n.bottom.state_dict()) for p, n in nodes.items()})
-        return strategy, weights
 
+def test_a_resumed_run_returns_the_average_of_an_uninterrupted_one(tmp_path):
+    """The average is checkpointed on both sides with the epoch it belongs to."""
     # Execute: stopped after epoch 3 (two epochs averaged), then resumed
     with pytest.raises(KeyboardInterrupt):
-        run(tmp_path / "a", resume=False, stop_after=2)
-    resumed, weights = run(tmp_path / "a", resume=True)
-    _, expected = run(tmp_path / "b", resume=False)
+        _resumable(tmp_path / "a", resume=False, stop_after=2)
+    resumed, weights = _resumable(tmp_path / "a", resume=True)
+    _, expected = _resumable(tmp_path / "b", resume=False)
     # Assert: the same three epochs averaged, the same weights on every side
     assert resumed.start_epoch == 3
     assert resumed.averaged is not None and resumed.averaged["epochs"] == 3
@@ -219,11 +227,115 @@ def test_a_node_refuses_to_load_an_average_of_another_count(monkeypatch):
 
     original = EpochLoop.send_to_all
 
-    def miscounting(self, grid, nodes, settings, timeout):
+    def miscounting(self, grid, nodes, settings, timeout, echo=None):
         if P.RESTORE_AVERAGE in settings:
-            settings = {P.RESTORE_AVERAGE: settings[P.RESTORE_AVERAGE] + 1}
-        return original(self, grid, nodes, settings, timeout)
+            settings = {**settings, P.RESTORE_AVERAGE: settings[P.RESTORE_AVERAGE] + 1}
+        return original(self, grid, nodes, settings, timeout, echo)
 
     monkeypatch.setattr(EpochLoop, "send_to_all", miscounting)
     with pytest.raises(TPSLError, match=r"restore the average of 4 .* averaged 3"):
         _run("on")
+
+
+@pytest.mark.parametrize(
+    ("stopped", "resumed", "said"),
+    [
+        (
+            "on",
+            "off",
+            "the stopped run averages the weights of every epoch from epoch 2 on "
+            "but this one (average = off, 4 epochs) averages no weights",
+        ),
+        (
+            "off",
+            "on",
+            "the stopped run averages no weights but this one (average = on, 4 "
+            "epochs) averages the weights of every epoch from epoch 2 on",
+        ),
+        (
+            "on",
+            "auto",  # auto resolves to no average at 4 epochs
+            "the stopped run averages the weights of every epoch from epoch 2 on "
+            "but this one (average = auto, 4 epochs) averages no weights",
+        ),
+    ],
+    ids=["on-then-off", "off-then-on", "on-then-auto"],
+)
+def test_a_resume_under_another_average_is_refused_naming_both(
+    tmp_path, stopped, resumed, said
+):
+    # Arrange: stopped after epoch 3 under one average
+    with pytest.raises(KeyboardInterrupt):
+        _resumable(tmp_path, resume=False, stop_after=2, average=stopped)
+    # Act / Assert: the resume under another is refused before anything is sent
+    with pytest.raises(ConfigError, match=r"^cannot resume: ") as refused:
+        _resumable(tmp_path, resume=True, average=resumed)
+    assert said in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_checkpoint_with_an_average_but_not_its_first_epoch_is_refused():
+    from tpsl_flwr.parties.weight_average import stopped_average
+
+    assert stopped_average({"average_from": 1}) == 1
+    assert stopped_average({"average_from": None}) is None
+    assert stopped_average({}) is None  # written before the tail average
+    with pytest.raises(ConfigError, match="not the epoch it began at"):
+        stopped_average({"average": {"weights": {}, "count": 2}})
+
+
+def _old_node(app, drops, partition=1):
+    """``app`` as a node that ignores ``drops`` (an older tpsl-flwr drops keys
+    it does not know) at ``partition``."""
+
+    def serve(msg, context):
+        config = msg.content.config_records.get(P.CONFIG)
+        if int(context.node_config["partition-id"]) == partition and config:
+            for key in drops:
+                config.pop(key, None)
+        return app(msg, context)
+
+    return serve
+
+
+def _miscounting_node(app, partition=1):
+    """``app`` as a node whose echo says one epoch more than it averaged."""
+
+    def serve(msg, context):
+        reply = app(msg, context)
+        echo = reply.content.config_records.get(P.ECHO)
+        if int(context.node_config["partition-id"]) == partition and echo:
+            if P.AVERAGED in echo:
+                echo[P.AVERAGED] = int(echo[P.AVERAGED]) + 1
+        return reply
+
+    return serve
+
+
+@pytest.mark.parametrize(
+    ("wrap", "said"),
+    [
+        (
+            lambda app: _old_node(app, (P.AVERAGE_IN, P.RESTORE_AVERAGE)),
+            "did not confirm average-in = 1: its reply echoes average-in = nothing",
+        ),
+        (
+            lambda app: _old_node(app, (P.RESTORE_AVERAGE,)),
+            "did not confirm restore-average = 3: its reply echoes "
+            "restore-average = nothing",
+        ),
+        (
+            _miscounting_node,
+            "did not confirm averaged = 1: its reply echoes averaged = 2",
+        ),
+    ],
+    ids=["ignores-both", "ignores-restore", "miscounts"],
+)
+def test_a_node_that_does_not_confirm_the_average_stops_the_run(wrap, said):
+    """No label-party average is ever reported over a node's last epoch."""
+    from tpsl_flwr.errors import ProtocolError
+
+    seen: dict = {}
+    with pytest.raises(ProtocolError, match=r"node \d+ \(partition 1\) ") as err:
+        _run("on", wrap=wrap, seen=seen)
+    assert said in str(err.value)
+    assert seen["strategy"].averaged is None  # no averaged metric reported

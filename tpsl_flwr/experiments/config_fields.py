@@ -90,7 +90,8 @@ FIELD_HELP: dict[str, str] = {
     "else 0 (and 0 for gaussian)",
     "average": "return every party's weights averaged over every epoch after the "
     "first (each party its own: the top model, each bottom model); auto: on for "
-    "runs of 5 or more epochs without a validation hold-out",
+    "runs of 5 or more epochs without a validation hold-out; a resume keeps the "
+    "stopped run's resolved value (another is refused)",
     "denoise": "what the label party trains on: the mechanism's noisy labels "
     "(none, the paper), or their posterior given a prior (posterior; "
     "post-processing, same epsilon); auto: posterior for laplace and "

@@ -29,8 +29,10 @@ __all__ = [
     "AVERAGE_MODES",
     "average_mode",
     "average_start",
+    "check_resumed_average",
     "fold_average",
     "resolve_average",
+    "stopped_average",
 ]
 
 AVERAGE_MODES = ("auto", "on", "off")
@@ -116,6 +118,74 @@ def resolve_average(average: object, *, epochs: int, held_out: bool) -> int | No
     if mode == "auto" and epochs < AUTO_MIN_EPOCHS:
         return None
     return average_start(epochs)
+
+
+def stopped_average(party_state: Mapping[str, object]) -> int | None:
+    """The first epoch (0-based) a checkpoint's run averaged from, or ``None``.
+
+    The label party's checkpoint records its resolved ``average``
+    (:func:`resolve_average`) as ``average_from``. One that does not was
+    written before the tail average (it averaged nothing), unless it holds a
+    running average, whose first epoch it cannot tell: that one is refused.
+
+    Raises
+    ------
+    ConfigError
+        For a running average without its first epoch.
+
+    Examples
+    --------
+    >>> stopped_average({"average_from": 1}), stopped_average({})
+    (1, None)
+    """
+    if "average_from" in party_state:
+        start = party_state["average_from"]
+        return None if start is None else check_int(start, "average_from", minimum=0)
+    if party_state.get("average") is not None:
+        raise ConfigError(
+            "cannot resume: the checkpoint holds a running average of weights but "
+            "not the epoch it began at (written by an older tpsl-flwr); start a "
+            "fresh run"
+        )
+    return None
+
+
+def check_resumed_average(
+    stopped: int | None, resumed: int | None, *, average: str, epochs: int
+) -> None:
+    """Refuse a resume that resolves ``average`` otherwise than the stopped run.
+
+    ``stopped``: the checkpoint's first averaged epoch (:func:`stopped_average`);
+    ``resumed``: the resuming run's (:func:`resolve_average` of its
+    ``average`` over its ``epochs``). Were they to differ, the resumed run
+    would return the average of only the epochs after the stop (``on`` after
+    ``off``), or the stopped run's partial average (``off`` after ``on``), as
+    if it were the run's.
+
+    Raises
+    ------
+    ConfigError
+        Naming both, in one line.
+
+    Examples
+    --------
+    >>> check_resumed_average(1, None, average="off", epochs=8)
+    Traceback (most recent call last):
+    ...
+    tpsl_flwr.errors.ConfigError: cannot resume: the stopped run averages the weights of every epoch from epoch 2 on but this one (average = off, 8 epochs) averages no weights; resume with the stopped run's average
+    """  # noqa: E501
+    if stopped != resumed:
+        raise ConfigError(
+            f"cannot resume: the stopped run {_averages(stopped)} but this one "
+            f"(average = {average}, {epochs} epochs) {_averages(resumed)}; resume "
+            "with the stopped run's average"
+        )
+
+
+def _averages(start: int | None) -> str:
+    if start is None:
+        return "averages no weights"
+    return f"averages the weights of every epoch from epoch {start + 1} on"
 
 
 def fold_average(

@@ -32,6 +32,7 @@ from tpsl_flwr.validation.holdout import Validation
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.label_side import (
     Node,
+    check_echo,
     check_replies,
     gather_embeddings,
     step_message,
@@ -232,13 +233,16 @@ class EpochLoop:
         best = self.best
         at_end = self.checkpoints and best is None
         checkpoint: dict[str, int] = {P.CHECKPOINT_EPOCH: epoch} if at_end else {}
+        echo: dict[str, int] = {}
         if self.average_from is not None and epoch >= self.average_from:
             # Every party folds the epoch's weights in after its last gradient:
-            # the label party now, each node with the query's last chunk.
+            # the label party now, each node with the query's last chunk, and
+            # each node says it did, holding as many epochs as the label party.
             self.fold_average()
             checkpoint[P.AVERAGE_IN] = epoch
+            echo = {P.AVERAGE_IN: epoch, P.AVERAGED: self.averaged}
         metrics = self.query.run(
-            self.state, grid, nodes, server_round, checkpoint, timeout
+            self.state, grid, nodes, server_round, checkpoint, timeout, echo
         )
         if best is not None and metrics is not None:
             score = metrics["validation_loss"]
@@ -274,11 +278,17 @@ class EpochLoop:
     ) -> MetricRecord | None:
         """Every party loads its average; the evaluation query of the averaged model.
 
-        The nodes are told how many epochs their average must hold, and refuse
-        to load another (a ``ProtocolError`` there).
+        The nodes are told how many epochs their average must hold, up to which
+        epoch (the message's ``epoch``), and refuse to load another (a
+        ``ProtocolError`` there); each reply must echo the count it restored
+        (:func:`~tpsl_flwr.wire.label_side.check_echo`), or nothing averaged
+        is reported.
         """
-        assert self.average is not None
-        self.send_to_all(grid, nodes, {P.RESTORE_AVERAGE: self.averaged}, timeout)
+        assert self.average is not None and self.average_from is not None
+        last = self.average_from + self.averaged - 1  # the epochs follow one another
+        restore = {P.EPOCH: last, P.RESTORE_AVERAGE: self.averaged}
+        echo = {P.RESTORE_AVERAGE: self.averaged}
+        self.send_to_all(grid, nodes, restore, timeout, echo)
         load_checkpoint_state(self.party.top, self.average, "averaged top model")
         self.server_round += 1
         return self.query.run(self.state, grid, nodes, self.server_round, {}, timeout)
@@ -312,11 +322,22 @@ class EpochLoop:
             self.send_to_all(grid, nodes, settings, timeout)
 
     def send_to_all(
-        self, grid: Grid, nodes: list[Node], settings: dict[str, int], timeout: float
+        self,
+        grid: Grid,
+        nodes: list[Node],
+        settings: dict[str, int],
+        timeout: float,
+        echo: dict[str, int] | None = None,
     ) -> None:
-        """One query with ``settings`` (no ids, no gradients) to every node."""
+        """One query with ``settings`` (no ids, no gradients) to every node.
+
+        ``echo``: what every reply must confirm
+        (:func:`~tpsl_flwr.wire.label_side.check_echo`).
+        """
         config: dict[str, int | str] = {P.EPOCH: self.state.epoch, P.SPLIT: "test"}
         config.update(settings)
         messages = [step_message(n, P.MSG_EMBED_TEST, config, [], []) for n in nodes]
         replies = exchange(grid, messages, timeout, self.poll_interval)
-        check_replies(nodes, replies, [n.node_id for n in nodes])
+        by_node = check_replies(nodes, replies, [n.node_id for n in nodes])
+        if echo:
+            check_echo(nodes, by_node, echo)

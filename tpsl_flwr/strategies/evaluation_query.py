@@ -23,7 +23,7 @@ rows whatever the chunk size, so the metrics are bitwise those of one message.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,7 @@ from tpsl_flwr.validation.scores import validation_class_losses
 from tpsl_flwr.wire import protocol as P
 from tpsl_flwr.wire.label_side import (
     Node,
+    check_echo,
     check_replies,
     gather_embeddings,
     step_message,
@@ -246,16 +247,18 @@ class EvaluationQuery:
         replies: Iterable[Message],
         ids: list[np.ndarray],
         splits: list[str],
-    ) -> None:
+    ) -> dict[int, Message]:
         """Check one query's replies and feed their embeddings to ``accumulator``.
 
         The query carried the pending gradients, if any: they are dispatched.
+        Returns the replies by node.
         """
         by_node = check_replies(nodes, replies, [n.node_id for n in nodes])
         state.pending = []
         embeddings = gather_embeddings(nodes, by_node, ids)
         for split, emb in zip(splits, embeddings, strict=True):
             accumulator.add(split, emb)
+        return by_node
 
     def run(
         self,
@@ -265,10 +268,13 @@ class EvaluationQuery:
         server_round: int,
         last_settings: dict[str, Any],
         timeout: float,
+        echo: Mapping[str, int] | None = None,
     ) -> MetricRecord | None:
         """The epoch's evaluation query, in chunks of ``<= EVAL_CHUNK_ROWS`` ids.
 
-        ``last_settings`` (the checkpoint epoch) go with the last message only.
+        ``last_settings`` (the checkpoint epoch) go with the last message only;
+        ``echo``: what every reply to it must confirm
+        (:func:`~tpsl_flwr.wire.label_side.check_echo`), before any metric.
         Each chunk's messages and replies are released once absorbed, so at most
         one chunk's embeddings (and the accumulator's waiting rows) are alive.
         """
@@ -280,7 +286,10 @@ class EvaluationQuery:
             messages = self.messages(state, nodes, server_round, config, batches, names)
             replies = exchange(grid, messages, timeout, self.poll_interval)
             del messages  # the chunk's ids and gradients: sent
-            self.absorb(state, accumulator, nodes, replies, batches, names)
+            by_node = self.absorb(state, accumulator, nodes, replies, batches, names)
+            if echo and i == len(chunks) - 1:
+                check_echo(nodes, by_node, echo)
+            del by_node
             # The chunk's embeddings go before the next chunk's arrive, not after
             # (after the last one nothing arrives: a one-chunk query skips the
             # ~0.2 s).

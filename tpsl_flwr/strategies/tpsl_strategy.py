@@ -41,7 +41,12 @@ from tpsl_flwr._util.checks import check_int, check_positive_finite
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.parties.optim import lr_scale
-from tpsl_flwr.parties.weight_average import average_mode, resolve_average
+from tpsl_flwr.parties.weight_average import (
+    average_mode,
+    check_resumed_average,
+    resolve_average,
+    stopped_average,
+)
 from tpsl_flwr.privacy.accounting import PrivacySpent, privacy_spent
 from tpsl_flwr.release.store import LabelStore, Release
 from tpsl_flwr.strategies.epoch_log import (
@@ -222,6 +227,10 @@ class TPSLStrategy(Strategy):
             check_validation_mechanism(label_party.mechanism)  # before any step
             label_party.hold_out(self.validation.ids)
         self.average = average_mode(average)
+        self._stopped_average: int | None = None
+        """The checkpoint's resolved ``average`` (its first averaged epoch)."""
+        self._from_checkpoint = False
+        """Whether the run resumes from a checkpoint (whose average it keeps)."""
         self.averaged: dict[str, Any] | None = None
         """The metrics of the averaged model the run returns (``None``: none)."""
         self.loop = EpochLoop(
@@ -424,6 +433,7 @@ class TPSLStrategy(Strategy):
         if num_rounds is not None:
             check_int(num_rounds, "num_rounds")
             self.epochs = num_rounds
+            self.check_resumed_average()
             self.loop.average_from = self.average_from
         if initial_arrays is not None and len(initial_arrays):
             self.party.top.load_state_dict(initial_arrays.to_torch_state_dict())
@@ -517,6 +527,9 @@ class TPSLStrategy(Strategy):
             self.history = list(release.history)
             if self.best is not None and "best" in release.party_state:
                 self.best.load_state_dict(release.party_state["best"])
+            self._stopped_average = stopped_average(release.party_state)
+            self._from_checkpoint = True
+            self.check_resumed_average()
             self.loop.load_average_state(release.party_state.get("average"))
             log(
                 INFO,
@@ -543,7 +556,25 @@ class TPSLStrategy(Strategy):
             average = self.loop.average_state()
             if average is not None:
                 state["average"] = average
+            state["average_from"] = self.average_from  # a resume must keep it
             self.store.save_checkpoint(epoch, self.history, state)
+
+    def check_resumed_average(self) -> None:
+        """Refuse to resume under another resolved ``average`` than the checkpoint's.
+
+        Raises
+        ------
+        ConfigError
+            Naming both settings (``check_resumed_average`` of
+            :mod:`~tpsl_flwr.parties.weight_average`).
+        """
+        if self._from_checkpoint:
+            check_resumed_average(
+                self._stopped_average,
+                self.average_from,
+                average=self.average,
+                epochs=self.epochs,
+            )
 
 
 def refuse_configs(**given: ConfigRecord | None) -> None:

@@ -8,7 +8,7 @@ partition in each error.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from logging import ERROR, WARNING
 from typing import Any
@@ -107,6 +107,39 @@ def check_replies(
         names = ", ".join(node_label(nodes, n) for n in missing)
         raise ProtocolError(f"no reply from {names} before the timeout")
     return by_node
+
+
+def check_echo(
+    nodes: Sequence[Node], by_node: Mapping[int, Message], expected: Mapping[str, int]
+) -> None:
+    """Refuse a reply that does not confirm each of ``expected``'s settings.
+
+    A node says what it did with a setting in its reply's :data:`~.protocol.ECHO`
+    record (the tail average's :data:`~.protocol.AVERAGE_IN`,
+    :data:`~.protocol.AVERAGED` and :data:`~.protocol.RESTORE_AVERAGE`). A node
+    that ignored the setting, such as an older tpsl-flwr that drops keys it does
+    not know, replies without it: its weights are then not the ones the label
+    party combines with its own, and the run stops instead of reporting the mix.
+
+    Raises
+    ------
+    ProtocolError
+        Naming the node, its partition, the setting, the value the label party
+        expected and the one the node echoed (or that it echoed none).
+    """
+    for node_id, reply in by_node.items():
+        echo = reply.content.config_records.get(P.ECHO, ConfigRecord())
+        for key, want in expected.items():
+            got = echo.get(key)
+            if isinstance(got, bool) or not isinstance(got, int) or got != want:
+                said = "nothing" if got is None else repr(got)
+                raise ProtocolError(
+                    f"{node_label(nodes, node_id)} did not confirm {key} = {want}: "
+                    f"its reply echoes {key} = {said} (a node that ignores {key}, "
+                    "such as an older tpsl-flwr, holds other weights than the "
+                    "label party's); update tpsl-flwr on that node, or run with "
+                    "average = off"
+                )
 
 
 def hello_messages(

@@ -21,6 +21,7 @@ checkpoint or to resume is refused.
 from __future__ import annotations
 
 import io
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -148,24 +149,70 @@ def _best_state(context: Context, epoch: object) -> Any:
     return _state_from_record(record)
 
 
-def _average_in(party: NonLabelParty, context: Context) -> None:
-    """Fold the bottom model's current weights into the node's running average."""
+def _epochs_text(epochs: list[int]) -> str:
+    """Epoch numbers as the node keeps them with its average: ``"1,2,3"``."""
+    return ",".join(str(e) for e in epochs)
+
+
+def _averaged_epochs(record: ConfigRecord | None) -> list[int]:
+    """The epochs folded into the node's running average (none without one)."""
+    if record is None:
+        return []
+    text = record.get("epochs")
+    if not isinstance(text, str) or not re.fullmatch(r"[0-9]{1,9}(,[0-9]{1,9})*", text):
+        raise ProtocolError(
+            "this node's running average does not say which epochs it holds "
+            f"(epochs {text!r}, written by an older tpsl-flwr?), so it cannot be "
+            "restored: start a fresh run"
+        )
+    epochs = [int(e) for e in text.split(",")]
+    count = P.as_int(record["version"], "averaged epochs")
+    if len(epochs) != count:
+        raise ProtocolError(
+            f"this node's running average holds {count} epochs but lists {text!r}"
+        )
+    return epochs
+
+
+def _average_in(party: NonLabelParty, context: Context, epoch: int) -> int:
+    """Fold the bottom model's weights in as epoch ``epoch``'s; the new count.
+
+    The epochs a run averages follow one another (every epoch from the first
+    averaged one on): an epoch folded twice, or after a gap, is refused.
+    """
     record = context.state.config_records.get(AVERAGE_KEY)
-    count = 0 if record is None else P.as_int(record["version"], "averaged epochs")
+    epochs = _averaged_epochs(record)
+    if epochs and epoch != epochs[-1] + 1:
+        raise ProtocolError(
+            f"the label party asked to fold epoch {epoch} into the average, but "
+            f"this node's average holds epochs {epochs}: the next is {epochs[-1] + 1}"
+        )
     average = None if record is None else _state_from_record(record)
-    folded = fold_average(average, party.bottom.state_dict(), count)
-    context.state[AVERAGE_KEY] = _state_record(folded, count + 1)
+    folded = fold_average(average, party.bottom.state_dict(), len(epochs))
+    epochs.append(epoch)
+    record = _state_record(folded, len(epochs))
+    record["epochs"] = _epochs_text(epochs)
+    context.state[AVERAGE_KEY] = record
+    return len(epochs)
 
 
-def _average_state(context: Context, epochs: object) -> Any:
-    """The running average of ``epochs`` epochs' weights, or a ProtocolError."""
-    wanted = P.as_int(epochs, "restore-average")
+def _average_state(context: Context, epochs: object, last: object) -> Any:
+    """The running average of ``epochs`` epochs up to ``last``, or a ProtocolError.
+
+    The label party averages every epoch from its first averaged one to its
+    last; the node restores its average only if it holds exactly those epochs
+    (the same count over other epochs is refused too).
+    """
+    count = P.as_int(epochs, "restore-average")
+    last = P.as_int(last, "epoch")
+    wanted = list(range(last - count + 1, last + 1))
     record = context.state.config_records.get(AVERAGE_KEY)
-    kept = 0 if record is None else P.as_int(record["version"], "averaged epochs")
+    kept = _averaged_epochs(record)
     if record is None or kept != wanted:
         raise ProtocolError(
-            f"the label party asked to restore the average of {wanted} epochs' "
-            f"weights, but this node averaged {kept}"
+            f"the label party asked to restore the average of {count} epochs' "
+            f"weights (epochs {wanted}), but this node averaged {len(kept)} "
+            f"(epochs {kept})"
         )
     return _state_from_record(record)
 
@@ -310,9 +357,10 @@ class NonLabelHandlers:
                     saved["best"], int(saved["best_epoch"])
                 )
             if saved.get("average") is not None:
-                context.state[AVERAGE_KEY] = _state_record(
-                    saved["average"], int(saved["average_count"])
-                )
+                record = _state_record(saved["average"], int(saved["average_count"]))
+                record["epochs"] = str(saved.get("average_epochs"))
+                _averaged_epochs(record)  # a checkpoint without them is refused
+                context.state[AVERAGE_KEY] = record
         if P.CHECKPOINTS in config:  # refused now, not after the first epoch
             self._checkpoint_file(context, "save a checkpoint after every epoch")
         self._save(party, context)  # version 0: later messages find this party
@@ -343,6 +391,7 @@ class NonLabelHandlers:
         fold = None  # the epoch to fold into the average, after the gradients
         if P.AVERAGE_IN in config:
             fold = P.as_int(config[P.AVERAGE_IN], "average-in")
+        echo = ConfigRecord()  # what the label party must see done
         if P.KEEP_BEST in config:
             best = P.as_int(config[P.KEEP_BEST], "keep-best")
             context.state[BEST_KEY] = _state_record(party.state_dict(), best)
@@ -354,9 +403,12 @@ class NonLabelHandlers:
             party.apply_gradient(ids, grad)
         # The average takes the epoch's weights after its last gradient.
         if fold is not None:
-            _average_in(party, context)
+            echo[P.AVERAGE_IN] = fold
+            echo[P.AVERAGED] = _average_in(party, context, fold)
         if P.RESTORE_AVERAGE in config:
-            party.load_weights(_average_state(context, config[P.RESTORE_AVERAGE]))
+            restore = config[P.RESTORE_AVERAGE]
+            party.load_weights(_average_state(context, restore, config.get(P.EPOCH)))
+            echo[P.RESTORE_AVERAGE] = P.as_int(restore, "restore-average")
         training = msg.metadata.message_type == P.MSG_TRAIN
         wire_dtype = check_wire_dtype(context.run_config.get(P.WIRE_DTYPE, FLOAT32))
         embeddings = ArrayRecord()
@@ -385,11 +437,15 @@ class NonLabelHandlers:
             if average is not None:
                 saved["average"] = _state_from_record(average)
                 saved["average_count"] = P.as_int(average["version"], "averaged")
+                saved["average_epochs"] = average["epochs"]
             torch.save(saved, tmp)
             if path.exists():  # the label party may not have saved epoch `epoch`
                 path.replace(_previous(path))
             tmp.replace(path)
-        return Message(RecordDict({P.EMBEDDINGS: embeddings}), reply_to=msg)
+        reply = RecordDict({P.EMBEDDINGS: embeddings})
+        if echo:
+            reply[P.ECHO] = echo
+        return Message(reply, reply_to=msg)
 
 
 def make_client_app(

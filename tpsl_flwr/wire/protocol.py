@@ -39,6 +39,12 @@ GRAD_KEY = "grad"
 EMBEDDINGS_KEY = "embeddings"
 NODE = "tpsl.node"
 """ConfigRecord describing a node (reply to hello)."""
+ECHO = "tpsl.echo"
+"""ConfigRecord: what a node did with a setting the label party must see done
+(:data:`AVERAGE_IN` with :data:`AVERAGED`, :data:`RESTORE_AVERAGE`); the label
+party refuses a reply that lacks it or says otherwise (a node that ignores a
+key it does not know, such as an older tpsl-flwr, would otherwise return
+other weights than the label party's, with no error)."""
 
 # Keys of CONFIG.
 EPOCH = "epoch"
@@ -65,8 +71,12 @@ AVERAGE_IN = "average-in"
 every gradient of the message is applied (the epoch number;
 :mod:`~tpsl_flwr.parties.weight_average`)."""
 RESTORE_AVERAGE = "restore-average"
-"""Load the running average of the model's weights (the number of epochs it
-holds, which the node checks against its own)."""
+"""Load the running average of the model's weights: the number of epochs it
+holds, the last of which is the message's :data:`EPOCH`; the node checks both
+against the epochs :data:`AVERAGE_IN` folded in."""
+AVERAGED = "averaged"
+"""In an :data:`ECHO`: the epochs the node's running average holds after an
+:data:`AVERAGE_IN` (never sent to a node)."""
 
 # Run-config key both parties read (public configuration, never sent in CONFIG).
 WIRE_DTYPE = "wire-dtype"
