@@ -21,7 +21,6 @@ checkpoint or to resume is refused.
 from __future__ import annotations
 
 import io
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -149,31 +148,6 @@ def _best_state(context: Context, epoch: object) -> Any:
     return _state_from_record(record)
 
 
-def _epochs_text(epochs: list[int]) -> str:
-    """Epoch numbers as the node keeps them with its average: ``"1,2,3"``."""
-    return ",".join(str(e) for e in epochs)
-
-
-def _averaged_epochs(record: ConfigRecord | None) -> list[int]:
-    """The epochs folded into the node's running average (none without one)."""
-    if record is None:
-        return []
-    text = record.get("epochs")
-    if not isinstance(text, str) or not re.fullmatch(r"[0-9]{1,9}(,[0-9]{1,9})*", text):
-        raise ProtocolError(
-            "this node's running average does not say which epochs it holds "
-            f"(epochs {text!r}, written by an older tpsl-flwr?), so it cannot be "
-            "restored: start a fresh run"
-        )
-    epochs = [int(e) for e in text.split(",")]
-    count = P.as_int(record["version"], "averaged epochs")
-    if len(epochs) != count:
-        raise ProtocolError(
-            f"this node's running average holds {count} epochs but lists {text!r}"
-        )
-    return epochs
-
-
 def _average_in(party: NonLabelParty, context: Context, epoch: int) -> int:
     """Fold the bottom model's weights in as epoch ``epoch``'s; the new count.
 
@@ -181,7 +155,7 @@ def _average_in(party: NonLabelParty, context: Context, epoch: int) -> int:
     averaged one on): an epoch folded twice, or after a gap, is refused.
     """
     record = context.state.config_records.get(AVERAGE_KEY)
-    epochs = _averaged_epochs(record)
+    epochs = P.averaged_epochs(record)
     if epochs and epoch != epochs[-1] + 1:
         raise ProtocolError(
             f"the label party asked to fold epoch {epoch} into the average, but "
@@ -191,7 +165,7 @@ def _average_in(party: NonLabelParty, context: Context, epoch: int) -> int:
     folded = fold_average(average, party.bottom.state_dict(), len(epochs))
     epochs.append(epoch)
     record = _state_record(folded, len(epochs))
-    record["epochs"] = _epochs_text(epochs)
+    record["epochs"] = P.epochs_text(epochs)
     context.state[AVERAGE_KEY] = record
     return len(epochs)
 
@@ -207,7 +181,7 @@ def _average_state(context: Context, epochs: object, last: object) -> Any:
     last = P.as_int(last, "epoch")
     wanted = list(range(last - count + 1, last + 1))
     record = context.state.config_records.get(AVERAGE_KEY)
-    kept = _averaged_epochs(record)
+    kept = P.averaged_epochs(record)
     if record is None or kept != wanted:
         raise ProtocolError(
             f"the label party asked to restore the average of {count} epochs' "
@@ -359,7 +333,7 @@ class NonLabelHandlers:
             if saved.get("average") is not None:
                 record = _state_record(saved["average"], int(saved["average_count"]))
                 record["epochs"] = str(saved.get("average_epochs"))
-                _averaged_epochs(record)  # a checkpoint without them is refused
+                P.averaged_epochs(record)  # a checkpoint without them is refused
                 context.state[AVERAGE_KEY] = record
         if P.CHECKPOINTS in config:  # refused now, not after the first epoch
             self._checkpoint_file(context, "save a checkpoint after every epoch")

@@ -11,6 +11,7 @@ configuration.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from tpsl_flwr.errors import PrivacyError, ProtocolError
@@ -253,3 +254,28 @@ def as_int(value: object, what: str) -> int:
         return int(value)
     except ValueError:
         raise ProtocolError(f"{what} must be an integer, got {value!r}") from None
+
+
+def epochs_text(epochs: list[int]) -> str:
+    """Epoch numbers as the node keeps them with its average: ``"1,2,3"``."""
+    return ",".join(str(e) for e in epochs)
+
+
+def averaged_epochs(record: Mapping[str, Any] | None) -> list[int]:
+    """The epochs folded into the node's running average (none without one)."""
+    if record is None:
+        return []
+    text = record.get("epochs")
+    if not isinstance(text, str) or not re.fullmatch(r"[0-9]{1,9}(,[0-9]{1,9})*", text):
+        raise ProtocolError(
+            "this node's running average does not say which epochs it holds "
+            f"(epochs {text!r}, written by an older tpsl-flwr?), so it cannot be "
+            "restored: start a fresh run"
+        )
+    epochs = [int(e) for e in text.split(",")]
+    count = as_int(record["version"], "averaged epochs")
+    if len(epochs) != count:
+        raise ProtocolError(
+            f"this node's running average holds {count} epochs but lists {text!r}"
+        )
+    return epochs
