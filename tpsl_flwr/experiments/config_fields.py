@@ -71,7 +71,7 @@ FIELD_HELP: dict[str, str] = {
     "has categorical columns, else mlp",
     "wide": "a wide (linear) part: each node's per-category weights and "
     "numeric weights, summed into the logit by the label party; auto: on, "
-    "trained by ftrl, for criteo/avazu files of at most 50000 training rows "
+    "trained by ftrl, for criteo/avazu files of at most 200000 training rows "
     "(where it was measured to win), off otherwise; on/off (true/false) decide",
     "wide-optimizer": "optimizer of the wide part: adam (the run's Adam(W), with "
     "the deep part) or ftrl (FTRL-proximal with its own rate and L1/L2); auto: "
