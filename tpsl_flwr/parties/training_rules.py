@@ -47,8 +47,9 @@ BUDGET_EPOCHS = 2
 runs of more epochs than this share this many epochs' worth of steps."""
 SMALL_DATA_ROWS = 50_000
 """``lr = 0``: the most training rows the epoch budget applies to (the FTRL wide
-part's limit too, ``WIDE_AUTO_MAX_ROWS``); larger runs keep learning at the
-rule's rate (synthetic-ctr 200k, 8 epochs: ``none`` 0.810 at the last epoch)."""
+part goes further, to ``WIDE_AUTO_MAX_ROWS``; the budget was measured only up to
+this many); larger runs keep learning at the rule's rate (synthetic-ctr 200k,
+8 epochs: ``none`` 0.810 at the last epoch)."""
 
 
 def heavy_label_noise(

@@ -238,6 +238,17 @@ class NonLabelHandlers:
         self._evicted: OrderedDict[int, None] = OrderedDict()
         self._lock = threading.Lock()  # the in-process engine's node threads
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable (Flower's Ray backend ships the ClientApp): no lock, no cache."""
+        state = dict(self.__dict__)
+        del state["_lock"]
+        state["_cache"], state["_evicted"] = OrderedDict(), OrderedDict()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _party(self, context: Context) -> NonLabelParty:
         record = context.state.config_records.get(STATE_KEY)
         version = -1 if record is None else P.as_int(record["version"], "state version")
