@@ -18,7 +18,7 @@ import importlib
 import io
 import sys
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,18 +164,29 @@ def code_difference(
         ``None`` when they agree; else one line naming the file.
     """
     top = module.split(".")[0]
+    shipped = app_dir / top
+    theirs = {
+        name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for name, path in (_files(shipped).items() if shipped.is_dir() else ())
+    }
+    return _difference(theirs, module, imported)
+
+
+def _difference(
+    theirs: Mapping[str, str], module: str, imported: Mapping[str, str] | None
+) -> str | None:
+    """The first file where a bundle's package (name -> SHA-256) and ours differ."""
+    top = module.split(".")[0]
     try:
         ours = package_digest(module) if imported is None else dict(imported)
     except ImportError as err:
         return f"{top} does not import here ({err})"
-    shipped = app_dir / top
-    if not shipped.is_dir():
+    if not theirs:
         return f"the FAB has no {top}/ package"
-    theirs = _files(shipped)
-    for name, path in theirs.items():
+    for name, digest in theirs.items():
         if name not in ours:
             return f"{top}/{name} is in the FAB, not in the imported package"
-        if hashlib.sha256(path.read_bytes()).hexdigest() != ours[name]:
+        if digest != ours[name]:
             return f"{top}/{name} differs from the imported copy"
     for name in ours:
         if name.endswith(".py") and name not in theirs:
@@ -213,11 +224,26 @@ def judge_fab(
     except (OSError, KeyError, ValueError, TypeError) as err:
         why = " ".join(str(err).split())  # one line
         return WarmVerdict(None, f"no ClientApp reference in {app_dir} ({why})")
+    return _verdict(
+        ref,
+        allowed,
+        imported,
+        lambda module, digest: code_difference(app_dir, module, digest),
+    )
+
+
+def _verdict(
+    ref: str,
+    allowed: Iterable[str],
+    imported: Mapping[str, Mapping[str, str]] | None,
+    difference: Callable[[str, Mapping[str, str] | None], str | None],
+) -> WarmVerdict:
+    """Warm when ``ref`` is allow-listed and ``difference`` finds no file apart."""
     allowed = list(allowed)
     if ref not in allowed:
         return WarmVerdict(ref, f"ClientApp {ref!r} is not in --warm-app {allowed}")
     digest = None if imported is None else imported.get(ref)
-    differs = code_difference(app_dir, ref.partition(":")[0], digest)
+    differs = difference(ref.partition(":")[0], digest)
     if differs is not None:
         return WarmVerdict(ref, f"the FAB's code is not the imported code: {differs}")
     return WarmVerdict(ref, None)
@@ -260,36 +286,18 @@ def judge_fab_bytes(
     except (zipfile.BadZipFile, KeyError, ValueError, TypeError) as err:
         why = " ".join(str(err).split())
         return WarmVerdict(None, f"no ClientApp reference in the bundle ({why})")
-    allowed = list(allowed)
-    if ref not in allowed:
-        return WarmVerdict(ref, f"ClientApp {ref!r} is not in --warm-app {allowed}")
-    module = ref.partition(":")[0]
-    top = module.split(".")[0]
-    digest = None if imported is None else imported.get(ref)
-    try:
-        ours = package_digest(module) if digest is None else dict(digest)
-    except ImportError as err:
-        return WarmVerdict(ref, f"{top} does not import here ({err})")
-    prefix = f"{top}/"
+    prefix = f"{ref.partition(':')[0].split('.')[0]}/"
     theirs = {
-        name[len(prefix) :]: data
-        for name, data in files.items()
+        name[len(prefix) :]: hashlib.sha256(data).hexdigest()
+        for name, data in sorted(files.items())
         if name.startswith(prefix) and "__pycache__" not in name.split("/")
     }
-    if not theirs:
-        return WarmVerdict(ref, f"the FAB has no {top}/ package")
-    for name, data in sorted(theirs.items()):
-        if name not in ours:
-            why = f"{top}/{name} is in the FAB, not in the imported package"
-            return WarmVerdict(ref, f"the FAB's code is not the imported code: {why}")
-        if hashlib.sha256(data).hexdigest() != ours[name]:
-            why = f"{top}/{name} differs from the imported copy"
-            return WarmVerdict(ref, f"the FAB's code is not the imported code: {why}")
-    for name in ours:
-        if name.endswith(".py") and name not in theirs:
-            why = f"{top}/{name} is imported here but not in the FAB"
-            return WarmVerdict(ref, f"the FAB's code is not the imported code: {why}")
-    return WarmVerdict(ref, None)
+    return _verdict(
+        ref,
+        allowed,
+        imported,
+        lambda module, digest: _difference(theirs, module, digest),
+    )
 
 
 def imported_root(ref: str) -> Path:
