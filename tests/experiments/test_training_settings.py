@@ -17,6 +17,7 @@ from tpsl_flwr.parties.training_rules import (
     BESIDE_FTRL_LR,
     MAX_LR,
     SMALL_DATA_ROWS,
+    resolve_schedule,
     resolve_training,
 )
 
@@ -95,6 +96,13 @@ def test_only_public_counts_enter_the_rule():
         "lr",
         "beside_ftrl",
         "heavy_noise",
+        "lr_schedule",
+    }
+    assert set(inspect.signature(resolve_schedule).parameters) == {
+        "schedule",
+        "train_rows",
+        "epochs",
+        "beside_ftrl",
     }
 
 
@@ -183,9 +191,49 @@ def test_the_label_party_and_every_node_resolve_the_same_values():
     assert at_label_party.batch_size == 32
 
 
+@pytest.mark.parametrize(
+    ("rows", "epochs", "beside_ftrl", "expected"),
+    [
+        (SMALL_DATA_ROWS + 1, 3, True, "restarts"),  # the one-epoch phenomenon
+        (SMALL_DATA_ROWS + 1, 2, True, "cosine"),  # one cycle: the same cosine
+        (SMALL_DATA_ROWS, 8, True, "cosine"),  # small data: the epoch budget
+        (200_000, 8, False, "cosine"),  # no wide part (synthetic-ctr 200k)
+    ],
+)
+def test_auto_restarts_only_beside_ftrl_on_large_files_past_two_epochs(
+    rows, epochs, beside_ftrl, expected
+):
+    got = resolve_schedule(
+        "auto", train_rows=rows, epochs=epochs, beside_ftrl=beside_ftrl
+    )
+    assert got == expected
+    settings = resolve_training(
+        train_rows=rows, epochs=epochs, beside_ftrl=beside_ftrl, lr_schedule="auto"
+    )
+    assert settings.schedule == expected
+    assert "lr-schedule" in settings.auto
+    assert settings.to_dict()["schedule"] == expected
+    # A named schedule is kept as named, wherever it is.
+    for named in ("constant", "cosine", "restarts"):
+        kept = resolve_schedule(named, train_rows=rows, epochs=epochs, beside_ftrl=True)
+        assert kept == named
+
+
+def test_the_config_resolves_the_schedule_from_the_files_rows_and_wide_part():
+    # A Criteo-sized run beside FTRL (wide = auto turns it on up to 200k rows)
+    big = {"dataset": "breast-cancer", "wide": True, "wide_optimizer": "ftrl"}
+    assert training_of(ExperimentConfig(**big, epochs=8), 80_000).schedule == (
+        "restarts"
+    )
+    assert training_of(ExperimentConfig(**big, epochs=2), 80_000).schedule == "cosine"
+    assert training_of(ExperimentConfig(epochs=8), 160_000).schedule == "cosine"
+    named = ExperimentConfig(**big, epochs=8, lr_schedule="cosine")
+    assert training_of(named, 80_000).schedule == "cosine"
+
+
 def test_the_defaults_are_auto_and_round_trip_through_the_run_config():
     cfg = ExperimentConfig()
-    assert (cfg.batch_size, cfg.lr) == (0, 0.0)
+    assert (cfg.batch_size, cfg.lr, cfg.lr_schedule) == (0, 0.0, "auto")
     again = ExperimentConfig.from_run_config(cfg.to_run_config())
     assert dataclasses.asdict(again) == dataclasses.asdict(cfg)
 
@@ -197,6 +245,12 @@ def test_the_defaults_are_auto_and_round_trip_through_the_run_config():
         ("lr", -0.1, r"lr must be >= 0 \(0: auto\) and finite, got -0.1"),
         ("lr", float("inf"), "lr must be >= 0"),
         ("lr", "fast", "lr must be a number, got 'fast'"),
+        (
+            "lr_schedule",
+            "sawtooth",
+            "lr-schedule must be one of auto, constant, cosine, restarts, "
+            "got 'sawtooth'",
+        ),
     ],
 )
 def test_bad_values_are_refused_naming_them(field, value, message):

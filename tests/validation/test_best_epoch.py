@@ -402,6 +402,45 @@ def test_the_nodes_follow_the_label_partys_cosine_schedule():
         assert node.optimizer.param_groups[0]["lr"] == pytest.approx(last)
 
 
+def test_under_restarts_every_node_follows_a_cosine_cycle_of_two_epochs():
+    # Prepare: 4 epochs of 4 steps each: two cycles of 8 steps
+    nodes = Nodes()
+    party = party_for(Y[:ROWS], make_mechanism("none"))
+    strategy = TPSLStrategy(
+        party, batch_size=100, epochs=4, num_nodes=2, lr_schedule="restarts"
+    )
+
+    # Execute
+    report = run_strategy(strategy, make_client_app(nodes), num_nodes=2, seed=0)
+
+    # Assert: the scales sent are the first cycle's twice over; each cycle ends
+    # near 0 (step 7 and step 15), as the end of a 2-epoch cosine run does
+    sent = [
+        float(m.content.config_records[P.CONFIG][P.LR_SCALE])
+        for m in report.messages
+        if P.LR_SCALE in m.content.config_records[P.CONFIG]
+        and m.metadata.dst_node_id == report.messages[0].metadata.dst_node_id
+    ]
+    cycle = [lr_scale("cosine", t, 8) for t in range(8)]
+    assert sent[:16] == pytest.approx(cycle + cycle)
+    assert sent[7] == pytest.approx(sent[15]) and sent[7] < 0.05
+    last = 0.05 * cycle[-1]
+    for node in nodes.parties.values():
+        assert node.optimizer.param_groups[0]["lr"] == pytest.approx(last)
+
+
+def test_a_restart_cycle_as_long_as_the_run_is_the_cosine():
+    cosine = [lr_scale("cosine", t, 12) for t in range(12)]
+    for cycle in (0, 12, 50):
+        restarts = [lr_scale("restarts", t, 12, cycle_steps=cycle) for t in range(12)]
+        assert restarts == cosine
+    # 5 epochs of 2 steps, cycles of 4: the last cycle (1 epoch) also ends low
+    odd = [lr_scale("restarts", t, 10, cycle_steps=4) for t in range(10)]
+    assert odd[8:] == pytest.approx([1.0, 0.5])
+    with pytest.raises(ConfigError, match="cycle_steps must be >= 0, got -1"):
+        lr_scale("restarts", 0, 10, cycle_steps=-1)
+
+
 def test_lr_scales_do_not_compound():
     optimizer = torch.optim.Adam(nn.Linear(2, 1).parameters(), lr=0.1)
     set_lr_scale(optimizer, 0.5)

@@ -102,7 +102,7 @@ class ExperimentConfig:
     epochs: int = 2
     batch_size: int = 0
     lr: float = 0.0
-    lr_schedule: str = "cosine"
+    lr_schedule: str = "auto"
     weight_decay: float = 0.3
     model: str = "auto"
     wide: str | bool = "auto"

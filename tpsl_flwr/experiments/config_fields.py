@@ -13,13 +13,14 @@ from tpsl_flwr._util.checks import PLACEMENTS
 from tpsl_flwr.data import ALL_DATASETS
 from tpsl_flwr.data.ctr.load import SPLITS
 from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.parties import training_rules
 from tpsl_flwr.parties.weight_average import AVERAGE_MODES
 from tpsl_flwr.privacy import posterior
 from tpsl_flwr.privacy.mechanisms import MECHANISMS
 from tpsl_flwr.wire.protocol import parse_bool
 from tpsl_flwr.wire.wire_dtype import WIRE_DTYPES
 
-LR_SCHEDULES: tuple[str, ...] = ("constant", "cosine")
+LR_SCHEDULES: tuple[str, ...] = training_rules.SCHEDULE_CHOICES
 """Learning-rate schedules of every party's optimizer."""
 DENOISERS: tuple[str, ...] = ("auto", *posterior.DENOISERS)
 """What the label party trains on; ``auto`` is resolved per mechanism."""
@@ -61,8 +62,10 @@ FIELD_HELP: dict[str, str] = {
     "steps (3e-3 for 4000 steps or more, up to 1e-2 for short runs; 1e-3 beside "
     "an ftrl wide part); on at most 50000 training rows beside ftrl or with noisy "
     "labels, more than 2 epochs take the 2-epoch rate times 2 / epochs",
-    "lr-schedule": "learning-rate schedule over the run: constant, or cosine "
-    "decay to 0 by the last step",
+    "lr-schedule": "learning-rate schedule over the run: constant; cosine decay "
+    "to 0 by the last step; restarts: a cosine cycle every 2 epochs (SGDR); auto: "
+    "restarts for more than 2 epochs beside an ftrl wide part on more than 50000 "
+    "training rows, where the hold-out restores an early epoch, else cosine",
     "weight-decay": "decoupled weight decay (AdamW) of every model; 0: plain Adam",
     "model": "dlrm: each node sends one vector per categorical column and one "
     "for its numeric columns, the label party's top model takes their pairwise "

@@ -248,7 +248,7 @@ def build_strategy(
         store=store if cfg.checkpoint else None,
         release=release,
         validation_fraction=validation,
-        lr_schedule=cfg.lr_schedule,
+        lr_schedule=training.schedule,
         average=cfg.average,
     )
     facts = {

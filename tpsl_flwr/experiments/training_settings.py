@@ -109,6 +109,7 @@ def training_of(cfg: TrainingFields, train_rows: int) -> TrainingSettings:
         lr=cfg.lr,
         beside_ftrl=cfg.wide == "on" and cfg.wide_optimizer == "ftrl",
         heavy_noise=cfg.heavy_label_noise,
+        lr_schedule=cfg.lr_schedule,
     )
 
 

@@ -18,7 +18,7 @@ from tpsl_flwr.errors import ConfigError
 __all__ = ["OptimizerFactory", "adam", "lr_scale", "set_lr_scale"]
 
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
-SCHEDULES = ("constant", "cosine")
+SCHEDULES = ("constant", "cosine", "restarts")
 
 
 def adam(lr: float, weight_decay: float = 0.0) -> OptimizerFactory:
@@ -61,12 +61,18 @@ def _fused(
         return cls(params, **kwargs)
 
 
-def lr_scale(schedule: str, step: int, total_steps: int) -> float:
+def lr_scale(
+    schedule: str, step: int, total_steps: int, *, cycle_steps: int = 0
+) -> float:
     """The learning-rate multiplier of ``step`` (0-based) of ``total_steps``.
 
     ``constant``: 1. ``cosine``: ``(1 + cos(pi * step / total_steps)) / 2``,
     from 1 at the first step to almost 0 at the last (Loshchilov and Hutter,
-    "SGDR", ICLR 2017, without restarts).
+    "SGDR", ICLR 2017, without restarts). ``restarts``: the same cosine over
+    each cycle of ``cycle_steps`` steps, restarted at 1 after each (SGDR with
+    a fixed period; the last cycle spans the steps left), so the model at the
+    end of every cycle was trained to a rate near 0, as at the end of a
+    ``cosine`` run of one cycle; ``cycle_steps = 0``: one cycle, the whole run.
 
     Examples
     --------
@@ -74,6 +80,10 @@ def lr_scale(schedule: str, step: int, total_steps: int) -> float:
     (1.0, 0.5)
     >>> lr_scale("constant", 9, 10)
     1.0
+    >>> [round(lr_scale("restarts", s, 10, cycle_steps=4), 2) for s in range(10)]
+    [1.0, 0.85, 0.5, 0.15, 1.0, 0.85, 0.5, 0.15, 1.0, 0.5]
+    >>> lr_scale("restarts", 5, 10) == lr_scale("cosine", 5, 10)
+    True
     """
     if schedule not in SCHEDULES:
         raise ConfigError(
@@ -83,9 +93,16 @@ def lr_scale(schedule: str, step: int, total_steps: int) -> float:
         raise ConfigError(
             f"step {step} of {total_steps} total steps is not a training step"
         )
+    if cycle_steps < 0:
+        raise ConfigError(f"cycle_steps must be >= 0, got {cycle_steps}")
     if schedule == "constant":
         return 1.0
-    return 0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / total_steps))
+    step = min(step, total_steps)
+    if schedule == "restarts" and 0 < cycle_steps < total_steps:
+        start = (min(step, total_steps - 1) // cycle_steps) * cycle_steps
+        length = min(cycle_steps, total_steps - start)
+        return 0.5 * (1.0 + math.cos(math.pi * (step - start) / length))
+    return 0.5 * (1.0 + math.cos(math.pi * step / total_steps))
 
 
 def set_lr_scale(optimizer: torch.optim.Optimizer, scale: float) -> None:

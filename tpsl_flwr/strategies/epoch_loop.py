@@ -23,6 +23,7 @@ from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
+from tpsl_flwr.parties.training_rules import CYCLE_EPOCHS
 from tpsl_flwr.parties.weight_average import fold_average
 from tpsl_flwr.strategies.evaluation_query import EvaluationQuery
 from tpsl_flwr.strategies.exchange import exchange
@@ -184,7 +185,13 @@ class EpochLoop:
         if self.lr_schedule == "constant":
             return
         state = self.state
-        state.scale = lr_scale(self.lr_schedule, self.party.steps, state.total_steps)
+        per_epoch = -(-self.validation.pool.size // self.batch_size)
+        state.scale = lr_scale(
+            self.lr_schedule,
+            self.party.steps,
+            state.total_steps,
+            cycle_steps=CYCLE_EPOCHS * per_epoch,  # restarts: 2 epochs a cycle
+        )
         set_lr_scale(self.party.optimizer, state.scale)
 
     def run_epoch(

@@ -179,8 +179,11 @@ def for_labels(
         A factory ``params -> torch optimizer`` instead of Adam(W) at
         ``lr`` and ``weight_decay``; refused beside either of them.
     lr_schedule
-        ``cosine`` (default) or ``constant``; the nodes follow the scale each
-        message carries.
+        ``cosine`` (default), ``constant`` or ``restarts`` (a cosine cycle
+        every 2 epochs, which ``simulate`` takes for more than 2 epochs beside
+        an FTRL wide part on more than 50,000 rows:
+        :func:`~tpsl_flwr.parties.training_rules.resolve_schedule`); the nodes
+        follow the scale each message carries.
     validation_fraction
         Held-out fraction of the training ids, or ``auto`` (default: 0.1 from
         3 epochs and 2000 held-out ids on, else 0); refused above 0 for

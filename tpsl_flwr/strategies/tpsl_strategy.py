@@ -131,8 +131,10 @@ class TPSLStrategy(Strategy):
         (:func:`~tpsl_flwr.validation.holdout.resolve_validation`,
         from the training rows, epochs and mechanism).
     lr_schedule
-        ``constant`` or ``cosine`` (:func:`~tpsl_flwr.parties.optim.lr_scale`);
-        each message tells the nodes the scale of the gradients it carries.
+        ``constant``, ``cosine`` or ``restarts`` (a cosine cycle every
+        :data:`~tpsl_flwr.parties.training_rules.CYCLE_EPOCHS` epochs;
+        :func:`~tpsl_flwr.parties.optim.lr_scale`); each message tells the
+        nodes the scale of the gradients it carries.
     pipeline_depth
         ``d``: push train message ``k + d`` before pulling reply ``k``, so the
         bottom models embed ``d`` steps stale; 0: sequential (the default).

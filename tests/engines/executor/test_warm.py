@@ -343,6 +343,29 @@ def test_a_refused_superexec_signature_stops_the_executor_naming_the_secret(
     assert sigints == []
 
 
+def test_a_refused_acquire_task_is_logged_with_its_status_and_polled_on(
+    supernode: _FakeSuperNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Prepare: the SuperNode answers AcquireTask with a 403 (not a signature
+    # problem: the executor polls on, and the log says it was refused)
+    supernode.acquire_status = 403
+    executor = _warm_executor([])
+
+    # Execute
+    try:
+        with caplog.at_level("WARNING"):
+            served = executor.serve_next()
+    finally:
+        executor.close()
+
+    # Assert: no task, one warning naming the status, not "does not answer"
+    assert served is False
+    lines = [r.getMessage() for r in caplog.records if "AcquireTask" in r.getMessage()]
+    assert len(lines) == 1
+    assert "127.0.0.1:9 refuses AcquireTask (HTTP 403)" in lines[0]
+    assert "does not answer" not in lines[0]
+
+
 def test_a_bundle_judged_warm_by_its_folder_but_not_by_its_bytes_is_refused(
     executor: WarmExecutor,
 ) -> None:

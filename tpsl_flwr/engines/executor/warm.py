@@ -199,17 +199,21 @@ class WarmExecutor:
                 F.AcquireTaskRequest(supported_task_types=[F.TaskType.CLIENT_APP])
             )
         except Exception as error:  # the SuperNode restarting: poll on
-            if getattr(getattr(error, "response", None), "status_code", 0) == 401:
+            status = getattr(getattr(error, "response", None), "status_code", 0)
+            if status == 401:
                 raise PrivacyError(
                     f"the Runtime API at {self.settings.runtime_api_address} refused "
                     "the executor's SuperExec signature (HTTP 401): its secret is not "
                     "the one given to this SuperNode"
                 ) from error
             if not self._unreachable:
+                answer = "does not answer"
+                if status:
+                    answer = f"refuses AcquireTask (HTTP {status})"
                 _LOG.warning(
-                    "executor: the SuperNode's Runtime API at %s does not answer "
-                    "(%s); polling on",
+                    "executor: the SuperNode's Runtime API at %s %s (%s); polling on",
                     self.settings.runtime_api_address,
+                    answer,
                     error,
                 )
             self._unreachable = True
