@@ -434,7 +434,7 @@ def test_a_restart_cycle_as_long_as_the_run_is_the_cosine():
     for cycle in (0, 12, 50):
         restarts = [lr_scale("restarts", t, 12, cycle_steps=cycle) for t in range(12)]
         assert restarts == cosine
-    # 5 epochs of 2 steps, cycles of 4: the last cycle (1 epoch) also ends low
+    # 5 epochs of 2 steps, cycles of 4: the last cycle spans the 2 steps left
     odd = [lr_scale("restarts", t, 10, cycle_steps=4) for t in range(10)]
     assert odd[8:] == pytest.approx([1.0, 0.5])
     with pytest.raises(ConfigError, match="cycle_steps must be >= 0, got -1"):

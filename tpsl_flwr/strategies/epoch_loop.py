@@ -20,6 +20,7 @@ from flwr.app import Message, MetricRecord
 from flwr.serverapp import Grid
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
+from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
@@ -119,6 +120,28 @@ class EpochLoop:
     def best(self) -> Any:
         """The best epoch kept so far, or ``None`` when nothing is held out."""
         return self.validation.best if self.validation.active else None
+
+    def check_resumed_batch(self, stopped: Any) -> None:
+        """Refuse to resume with batches of another size than the checkpoint's.
+
+        The label party's step count comes back from the checkpoint, and the
+        learning-rate schedule places the resumed steps by the batches an epoch
+        now has: with another batch size a cosine would not end at the last
+        step, nor a ``restarts`` cycle at the end of its second epoch.
+        ``stopped`` is ``None`` for a checkpoint that did not record it.
+
+        Raises
+        ------
+        ConfigError
+            Naming both sizes.
+        """
+        if stopped is not None and int(stopped) != self.batch_size:
+            raise ConfigError(
+                f"cannot resume: the stopped run took batches of {int(stopped)} ids "
+                f"and this one takes {self.batch_size} (batch-size): its steps and "
+                f"learning-rate schedule count batches of {int(stopped)}; resume "
+                f"with batch-size = {int(stopped)}"
+            )
 
     # ------------------------------------------------------------- one epoch
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
