@@ -277,7 +277,8 @@ class EpochLoop:
         if best is not None and metrics is not None:
             score = metrics["validation_loss"]
             assert isinstance(score, float)
-            self.select_epoch(grid, nodes, epoch, score, timeout)
+            candidate = self.ends_cycle(epoch, epochs)
+            self.select_epoch(grid, nodes, epoch, score, timeout, candidate)
         attacks = None
         if self.audit is not None:
             attacks = self.audit.epoch_report(auc_bound)
@@ -337,14 +338,40 @@ class EpochLoop:
             self.average, self.averaged = dict(state["weights"]), int(state["count"])
 
     # ------------------------------------------------------- the best epoch
+    def ends_cycle(self, epoch: int, epochs: int) -> bool:
+        """Whether ``epoch`` (0-based) of ``epochs`` ends a learning-rate cycle.
+
+        Under ``restarts`` the models of the epochs that end a cycle (every
+        :data:`~tpsl_flwr.parties.training_rules.CYCLE_EPOCHS`-th, and the
+        last) were trained down to a rate near 0; the others stop half-way
+        down, at half the rate (Loshchilov and Hutter, "SGDR", ICLR 2017,
+        Section 3: the snapshots are the ends of the cycles). Every epoch ends
+        one under the other schedules.
+        """
+        if self.lr_schedule != "restarts":
+            return True
+        return (epoch + 1) % CYCLE_EPOCHS == 0 or epoch + 1 == epochs
+
     def select_epoch(
-        self, grid: Grid, nodes: list[Node], epoch: int, score: float, timeout: float
+        self,
+        grid: Grid,
+        nodes: list[Node],
+        epoch: int,
+        score: float,
+        timeout: float,
+        candidate: bool = True,
     ) -> None:
-        """Keep ``epoch`` if it is the best so far; the nodes keep and checkpoint."""
+        """Keep ``epoch`` if it is the best so far; the nodes keep and checkpoint.
+
+        ``candidate``: whether ``epoch`` may be kept (:meth:`ends_cycle`);
+        its score is reported either way.
+        """
         best = self.best
         assert best is not None
         settings: dict[str, int] = {}
-        if best.update(epoch, score, self.party):
+        if not candidate:
+            best.pending = best.pending_classes = None
+        elif best.update(epoch, score, self.party):
             settings[P.KEEP_BEST] = epoch
         if self.checkpoints:
             settings[P.CHECKPOINT_EPOCH] = epoch
