@@ -97,12 +97,14 @@ def test_only_public_counts_enter_the_rule():
         "beside_ftrl",
         "heavy_noise",
         "lr_schedule",
+        "held_out",
     }
     assert set(inspect.signature(resolve_schedule).parameters) == {
         "schedule",
         "train_rows",
         "epochs",
         "beside_ftrl",
+        "held_out",
     }
 
 
@@ -192,24 +194,22 @@ def test_the_label_party_and_every_node_resolve_the_same_values():
 
 
 @pytest.mark.parametrize(
-    ("rows", "epochs", "beside_ftrl", "expected"),
+    ("rows", "epochs", "beside_ftrl", "held_out", "expected"),
     [
-        (SMALL_DATA_ROWS + 1, 3, True, "restarts"),  # the one-epoch phenomenon
-        (SMALL_DATA_ROWS + 1, 2, True, "cosine"),  # one cycle: the same cosine
-        (SMALL_DATA_ROWS, 8, True, "cosine"),  # small data: the epoch budget
-        (200_000, 8, False, "cosine"),  # no wide part (synthetic-ctr 200k)
+        (SMALL_DATA_ROWS + 1, 3, True, True, "restarts"),  # one-epoch phenomenon
+        (SMALL_DATA_ROWS + 1, 2, True, True, "cosine"),  # one cycle: the cosine
+        (SMALL_DATA_ROWS + 1, 8, True, False, "cosine"),  # returns its last epoch
+        (SMALL_DATA_ROWS, 8, True, True, "cosine"),  # small data: the epoch budget
+        (200_000, 8, False, True, "cosine"),  # no wide part (synthetic-ctr 200k)
     ],
 )
 def test_auto_restarts_only_beside_ftrl_on_large_files_past_two_epochs(
-    rows, epochs, beside_ftrl, expected
+    rows, epochs, beside_ftrl, held_out, expected
 ):
-    got = resolve_schedule(
-        "auto", train_rows=rows, epochs=epochs, beside_ftrl=beside_ftrl
-    )
+    facts = {"train_rows": rows, "epochs": epochs, "beside_ftrl": beside_ftrl}
+    got = resolve_schedule("auto", **facts, held_out=held_out)
     assert got == expected
-    settings = resolve_training(
-        train_rows=rows, epochs=epochs, beside_ftrl=beside_ftrl, lr_schedule="auto"
-    )
+    settings = resolve_training(**facts, lr_schedule="auto", held_out=held_out)
     assert settings.schedule == expected
     assert "lr-schedule" in settings.auto
     assert settings.to_dict()["schedule"] == expected
@@ -226,6 +226,11 @@ def test_the_config_resolves_the_schedule_from_the_files_rows_and_wide_part():
         "restarts"
     )
     assert training_of(ExperimentConfig(**big, epochs=2), 80_000).schedule == "cosine"
+    # No hold-out (none asked for, or a mechanism without keyed labels): cosine
+    kept_last = ExperimentConfig(**big, epochs=8, validation_fraction=0.0)
+    assert training_of(kept_last, 80_000).schedule == "cosine"
+    gaussian = ExperimentConfig(**big, epochs=8, mechanism="gaussian")
+    assert training_of(gaussian, 80_000).schedule == "cosine"
     assert training_of(ExperimentConfig(epochs=8), 160_000).schedule == "cosine"
     named = ExperimentConfig(**big, epochs=8, lr_schedule="cosine")
     assert training_of(named, 80_000).schedule == "cosine"

@@ -147,7 +147,7 @@ def test_the_strategy_resolves_auto_from_its_epochs_and_refuses_on_with_a_hold_o
         TPSLStrategy(party(), epochs=3, average="on", validation_fraction=0.1)
 
 
-def _resumable(folder, *, resume, stop_after=None, average="on"):
+def _resumable(folder, *, resume, stop_after=None, average="on", batch_size=16):
     """A 4-epoch run with a store; stopped after ``stop_after``, or resumed."""
     from tpsl_flwr.privacy.accounting import privacy_spent
     from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding
@@ -189,7 +189,7 @@ def _resumable(folder, *, resume, stop_after=None, average="on"):
 
     strategy = TPSLStrategy(
         party,
-        batch_size=16,
+        batch_size=batch_size,
         epochs=EPOCHS,
         num_nodes=2,
         store=store,
@@ -271,6 +271,23 @@ def test_a_resume_under_another_average_is_refused_naming_both(
     with pytest.raises(ConfigError, match=r"^cannot resume: ") as refused:
         _resumable(tmp_path, resume=True, average=resumed)
     assert said in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_resume_with_another_batch_size_is_refused_naming_both(tmp_path):
+    # Arrange: stopped after epoch 3 with batches of 16 ids
+    with pytest.raises(KeyboardInterrupt):
+        _resumable(tmp_path, resume=False, stop_after=2)
+    # Act / Assert: batches of 8 would misplace the schedule's steps: refused
+    with pytest.raises(ConfigError, match=r"^cannot resume: ") as refused:
+        _resumable(tmp_path, resume=True, batch_size=8)
+    assert str(refused.value) == (
+        "cannot resume: the stopped run took batches of 16 ids and this one takes "
+        "8 (batch-size): its steps and learning-rate schedule count batches of 16; "
+        "resume with batch-size = 16"
+    )
+    # The same batches resume (the refusal changed nothing)
+    resumed, _ = _resumable(tmp_path, resume=True)
+    assert resumed.start_epoch == 3
 
 
 def test_a_checkpoint_with_an_average_but_not_its_first_epoch_is_refused():

@@ -429,12 +429,56 @@ def test_under_restarts_every_node_follows_a_cosine_cycle_of_two_epochs():
         assert node.optimizer.param_groups[0]["lr"] == pytest.approx(last)
 
 
+@pytest.mark.parametrize(
+    ("schedule", "offered"),
+    [("restarts", [1, 3, 4]), ("cosine", [0, 1, 2, 3, 4])],
+)
+def test_under_restarts_only_the_ends_of_cycles_may_be_kept(
+    schedule, offered, monkeypatch
+):
+    # Prepare: 5 epochs with a hold-out; record the epochs offered to be kept
+    seen: list[int] = []
+    update = BestEpoch.update
+
+    def recording(self, epoch, *args, **kwargs):
+        seen.append(epoch)
+        return update(self, epoch, *args, **kwargs)
+
+    monkeypatch.setattr(BestEpoch, "update", recording)
+    nodes = Nodes()
+    party = party_for(Y[:ROWS], make_mechanism("laplace", epsilon=1.0))
+    strategy = TPSLStrategy(
+        party,
+        batch_size=100,
+        epochs=5,
+        num_nodes=2,
+        validation_fraction=0.25,
+        lr_schedule=schedule,
+    )
+
+    # Execute
+    report = run_strategy(strategy, make_client_app(nodes), num_nodes=2, seed=0)
+
+    # Assert: under restarts epochs 2 and 4 (each ends its 2-epoch cycle) and
+    # the last; the nodes are told to keep only such an epoch; every epoch's
+    # validation loss is still reported
+    assert seen == offered
+    keeps = {
+        int(m.content.config_records[P.CONFIG][P.KEEP_BEST])
+        for m in report.messages
+        if P.KEEP_BEST in m.content.config_records[P.CONFIG]
+    }
+    assert keeps and keeps <= set(offered)
+    assert strategy.best is not None and strategy.best.epoch in offered
+    assert len([h for h in report.history if "validation_loss" in h]) == 5
+
+
 def test_a_restart_cycle_as_long_as_the_run_is_the_cosine():
     cosine = [lr_scale("cosine", t, 12) for t in range(12)]
     for cycle in (0, 12, 50):
         restarts = [lr_scale("restarts", t, 12, cycle_steps=cycle) for t in range(12)]
         assert restarts == cosine
-    # 5 epochs of 2 steps, cycles of 4: the last cycle (1 epoch) also ends low
+    # 5 epochs of 2 steps, cycles of 4: the last cycle spans the 2 steps left
     odd = [lr_scale("restarts", t, 10, cycle_steps=4) for t in range(10)]
     assert odd[8:] == pytest.approx([1.0, 0.5])
     with pytest.raises(ConfigError, match="cycle_steps must be >= 0, got -1"):

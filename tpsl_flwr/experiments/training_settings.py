@@ -28,7 +28,7 @@ from tpsl_flwr.parties.training_rules import (
     resolve_denoise,
     resolve_training,
 )
-from tpsl_flwr.validation.holdout import validation_mode
+from tpsl_flwr.validation.holdout import resolve_validation, validation_mode
 
 __all__ = [
     "TrainingFields",
@@ -102,6 +102,12 @@ def training_of(cfg: TrainingFields, train_rows: int) -> TrainingSettings:
     (:func:`~tpsl_flwr.experiments.wide_settings.resolve_wide`).
     """
     cfg = resolve_wide(cfg, train_rows)
+    held_out = resolve_validation(
+        cfg.validation_fraction,
+        train_rows=train_rows,
+        epochs=cfg.epochs,
+        mechanism=cfg.mechanism,
+    )
     return resolve_training(
         train_rows=train_rows,
         epochs=cfg.epochs,
@@ -110,6 +116,7 @@ def training_of(cfg: TrainingFields, train_rows: int) -> TrainingSettings:
         beside_ftrl=cfg.wide == "on" and cfg.wide_optimizer == "ftrl",
         heavy_noise=cfg.heavy_label_noise,
         lr_schedule=cfg.lr_schedule,
+        held_out=held_out > 0,
     )
 
 

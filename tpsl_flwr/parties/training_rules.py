@@ -145,16 +145,23 @@ def wide_budget(*, train_rows: int, epochs: int, heavy_noise: bool) -> float:
 
 
 def resolve_schedule(
-    schedule: str, *, train_rows: int, epochs: int, beside_ftrl: bool = False
+    schedule: str,
+    *,
+    train_rows: int,
+    epochs: int,
+    beside_ftrl: bool = False,
+    held_out: bool = False,
 ) -> str:
     """``lr-schedule`` with ``auto`` resolved from public facts.
 
     ``auto``: ``restarts`` (a cosine cycle every :data:`CYCLE_EPOCHS` epochs,
     :func:`~tpsl_flwr.parties.optim.lr_scale`) for a run of more than two
-    epochs beside an FTRL wide part (``beside_ftrl``: the hashed codes of a
-    Criteo or Avazu file) on more than :data:`SMALL_DATA_ROWS` training rows;
-    ``cosine`` otherwise. There the deep part memorizes the codes it has seen
-    after two or three passes whatever the rate, the decay or the penalty
+    epochs that holds ids out (``held_out``: it returns its best epoch) beside
+    an FTRL wide part (``beside_ftrl``: the hashed codes of a Criteo or Avazu
+    file) on more than :data:`SMALL_DATA_ROWS` training rows; ``cosine``
+    otherwise (without a hold-out the run returns its last epoch, or the tail
+    average, which one cosine serves). There the deep part memorizes the codes
+    it has seen after two or three passes whatever the rate, the decay or the penalty
     (the "one-epoch phenomenon" of deep CTR models: Zhang et al., "Towards
     Understanding the Overfitting Phenomenon of Deep Click-Through Rate
     Prediction Models", CIKM 2022), so the hold-out restores an early epoch;
@@ -168,13 +175,16 @@ def resolve_schedule(
 
     Examples
     --------
-    >>> resolve_schedule("auto", train_rows=80_000, epochs=8, beside_ftrl=True)
+    >>> facts = dict(train_rows=80_000, beside_ftrl=True, held_out=True)
+    >>> resolve_schedule("auto", epochs=8, **facts)
     'restarts'
-    >>> resolve_schedule("auto", train_rows=80_000, epochs=2, beside_ftrl=True)
+    >>> resolve_schedule("auto", epochs=2, **facts)
     'cosine'
-    >>> resolve_schedule("auto", train_rows=4_000, epochs=8, beside_ftrl=True)
+    >>> resolve_schedule("auto", epochs=8, **{**facts, "held_out": False})
     'cosine'
-    >>> resolve_schedule("constant", train_rows=80_000, epochs=8, beside_ftrl=True)
+    >>> resolve_schedule("auto", epochs=8, **{**facts, "train_rows": 4_000})
+    'cosine'
+    >>> resolve_schedule("constant", epochs=8, **facts)
     'constant'
     """
     if schedule not in SCHEDULE_CHOICES:
@@ -186,7 +196,7 @@ def resolve_schedule(
         return schedule
     rows = check_int(train_rows, "training rows")
     epochs = check_int(epochs, "epochs")
-    if beside_ftrl and rows > SMALL_DATA_ROWS and epochs > CYCLE_EPOCHS:
+    if held_out and beside_ftrl and rows > SMALL_DATA_ROWS and epochs > CYCLE_EPOCHS:
         return "restarts"
     return "cosine"
 
@@ -226,6 +236,7 @@ def resolve_training(
     beside_ftrl: bool = False,
     heavy_noise: bool = False,
     lr_schedule: str = "cosine",
+    held_out: bool = False,
 ) -> TrainingSettings:
     """Batch size and learning rate for ``train_rows`` rows and ``epochs``.
 
@@ -256,7 +267,8 @@ def resolve_training(
       hurts"): 5000 generated Criteo rows, ``none``, 8 epochs, seeds 0-4,
       0.70 -> 0.77 (logistic regression 0.77).
 
-    ``lr_schedule`` is resolved by :func:`resolve_schedule` (``auto``).
+    ``lr_schedule`` is resolved by :func:`resolve_schedule` (``auto``; ``held_out``:
+    the run holds ids out).
 
     Only public facts enter: the row count of the training split (the label
     party and every node derive it from the public data spec alike) and the
@@ -303,6 +315,10 @@ def resolve_training(
             lr = min(MAX_LR, max(BASE_LR, BASE_LR * math.sqrt(BASE_LR_STEPS / counted)))
         lr = float(f"{lr * paid / epochs:.3g}")
     schedule = resolve_schedule(
-        lr_schedule, train_rows=rows, epochs=epochs, beside_ftrl=beside_ftrl
+        lr_schedule,
+        train_rows=rows,
+        epochs=epochs,
+        beside_ftrl=beside_ftrl,
+        held_out=held_out,
     )
     return TrainingSettings(batch_size, float(lr), steps, auto, schedule)

@@ -20,6 +20,7 @@ from flwr.app import Message, MetricRecord
 from flwr.serverapp import Grid
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
+from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
@@ -119,6 +120,28 @@ class EpochLoop:
     def best(self) -> Any:
         """The best epoch kept so far, or ``None`` when nothing is held out."""
         return self.validation.best if self.validation.active else None
+
+    def check_resumed_batch(self, stopped: Any) -> None:
+        """Refuse to resume with batches of another size than the checkpoint's.
+
+        The label party's step count comes back from the checkpoint, and the
+        learning-rate schedule places the resumed steps by the batches an epoch
+        now has: with another batch size a cosine would not end at the last
+        step, nor a ``restarts`` cycle at the end of its second epoch.
+        ``stopped`` is ``None`` for a checkpoint that did not record it.
+
+        Raises
+        ------
+        ConfigError
+            Naming both sizes.
+        """
+        if stopped is not None and int(stopped) != self.batch_size:
+            raise ConfigError(
+                f"cannot resume: the stopped run took batches of {int(stopped)} ids "
+                f"and this one takes {self.batch_size} (batch-size): its steps and "
+                f"learning-rate schedule count batches of {int(stopped)}; resume "
+                f"with batch-size = {int(stopped)}"
+            )
 
     # ------------------------------------------------------------- one epoch
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
@@ -254,7 +277,8 @@ class EpochLoop:
         if best is not None and metrics is not None:
             score = metrics["validation_loss"]
             assert isinstance(score, float)
-            self.select_epoch(grid, nodes, epoch, score, timeout)
+            candidate = self.ends_cycle(epoch, epochs)
+            self.select_epoch(grid, nodes, epoch, score, timeout, candidate)
         attacks = None
         if self.audit is not None:
             attacks = self.audit.epoch_report(auc_bound)
@@ -314,14 +338,40 @@ class EpochLoop:
             self.average, self.averaged = dict(state["weights"]), int(state["count"])
 
     # ------------------------------------------------------- the best epoch
+    def ends_cycle(self, epoch: int, epochs: int) -> bool:
+        """Whether ``epoch`` (0-based) of ``epochs`` ends a learning-rate cycle.
+
+        Under ``restarts`` the models of the epochs that end a cycle (every
+        :data:`~tpsl_flwr.parties.training_rules.CYCLE_EPOCHS`-th, and the
+        last) were trained down to a rate near 0; the others stop half-way
+        down, at half the rate (Loshchilov and Hutter, "SGDR", ICLR 2017,
+        Section 3: the snapshots are the ends of the cycles). Every epoch ends
+        one under the other schedules.
+        """
+        if self.lr_schedule != "restarts":
+            return True
+        return (epoch + 1) % CYCLE_EPOCHS == 0 or epoch + 1 == epochs
+
     def select_epoch(
-        self, grid: Grid, nodes: list[Node], epoch: int, score: float, timeout: float
+        self,
+        grid: Grid,
+        nodes: list[Node],
+        epoch: int,
+        score: float,
+        timeout: float,
+        candidate: bool = True,
     ) -> None:
-        """Keep ``epoch`` if it is the best so far; the nodes keep and checkpoint."""
+        """Keep ``epoch`` if it is the best so far; the nodes keep and checkpoint.
+
+        ``candidate``: whether ``epoch`` may be kept (:meth:`ends_cycle`);
+        its score is reported either way.
+        """
         best = self.best
         assert best is not None
         settings: dict[str, int] = {}
-        if best.update(epoch, score, self.party):
+        if not candidate:
+            best.pending = best.pending_classes = None
+        elif best.update(epoch, score, self.party):
             settings[P.KEEP_BEST] = epoch
         if self.checkpoints:
             settings[P.CHECKPOINT_EPOCH] = epoch

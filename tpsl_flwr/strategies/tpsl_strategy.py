@@ -532,6 +532,7 @@ class TPSLStrategy(Strategy):
             self._stopped_average = stopped_average(release.party_state)
             self._from_checkpoint = True
             self.check_resumed_average()
+            self.loop.check_resumed_batch(release.party_state.get("batch_size"))
             self.loop.load_average_state(release.party_state.get("average"))
             log(
                 INFO,
@@ -559,6 +560,7 @@ class TPSLStrategy(Strategy):
             if average is not None:
                 state["average"] = average
             state["average_from"] = self.average_from  # a resume must keep it
+            state["batch_size"] = self.batch_size  # and the steps it counted
             self.store.save_checkpoint(epoch, self.history, state)
 
     def check_resumed_average(self) -> None:

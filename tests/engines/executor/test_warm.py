@@ -344,26 +344,37 @@ def test_a_refused_superexec_signature_stops_the_executor_naming_the_secret(
 
 
 def test_a_refused_acquire_task_is_logged_with_its_status_and_polled_on(
-    supernode: _FakeSuperNode, caplog: pytest.LogCaptureFixture
+    supernode: _FakeSuperNode,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Prepare: the SuperNode answers AcquireTask with a 403 (not a signature
-    # problem: the executor polls on, and the log says it was refused)
-    supernode.acquire_status = 403
+    # Prepare: the executor starts before its SuperNode (nothing listens), then
+    # the SuperNode answers AcquireTask with 403 on every poll, then 404 (not a
+    # signature problem: the executor polls on, and the log says it is refused)
+    listening = [False]
+    monkeypatch.setattr(warm, "check_listener", lambda port, uid: listening[0])
     executor = _warm_executor([])
 
     # Execute
     try:
         with caplog.at_level("WARNING"):
-            served = executor.serve_next()
+            served = [executor.serve_next()]
+            listening[0] = True
+            supernode.acquire_status = 403
+            served += [executor.serve_next() for _ in range(3)]
+            supernode.acquire_status = 404
+            served.append(executor.serve_next())
     finally:
         executor.close()
 
-    # Assert: no task, one warning naming the status, not "does not answer"
-    assert served is False
-    lines = [r.getMessage() for r in caplog.records if "AcquireTask" in r.getMessage()]
-    assert len(lines) == 1
-    assert "127.0.0.1:9 refuses AcquireTask (HTTP 403)" in lines[0]
-    assert "does not answer" not in lines[0]
+    # Assert: no task; one line per change of failure, each naming its status
+    assert served == [False] * 5
+    lines = [r.getMessage() for r in caplog.records if "polling on" in r.getMessage()]
+    assert len(lines) == 3
+    assert "nothing listens on 127.0.0.1:9 yet" in lines[0]
+    assert "127.0.0.1:9 refuses AcquireTask (HTTP 403)" in lines[1]
+    assert "127.0.0.1:9 refuses AcquireTask (HTTP 404)" in lines[2]
+    assert not any("does not answer" in line for line in lines)
 
 
 def test_a_bundle_judged_warm_by_its_folder_but_not_by_its_bytes_is_refused(

@@ -142,7 +142,8 @@ class WarmExecutor:
         self.app: ClientApp | None = None
         self.failed_runs: OrderedDict[int, str] = OrderedDict()
         self.served = 0
-        self._unreachable = False
+        self._failure = ""
+        """The last way polling failed, logged once until it changes or a task comes."""
         self._confirmed: set[str] = set()  # FABs whose own bytes were judged
         # the code this process loads warm, as it is at start (after preload)
         self.imported: dict[str, dict[str, str]] = {}
@@ -206,19 +207,19 @@ class WarmExecutor:
                     "the executor's SuperExec signature (HTTP 401): its secret is not "
                     "the one given to this SuperNode"
                 ) from error
-            if not self._unreachable:
-                answer = "does not answer"
-                if status:
-                    answer = f"refuses AcquireTask (HTTP {status})"
+            answer = "does not answer"
+            if status:
+                answer = f"refuses AcquireTask (HTTP {status})"
+            if self._failure != answer:
                 _LOG.warning(
                     "executor: the SuperNode's Runtime API at %s %s (%s); polling on",
                     self.settings.runtime_api_address,
                     answer,
                     error,
                 )
-            self._unreachable = True
+            self._failure = answer
             return False
-        self._unreachable = False
+        self._failure = ""
         if not (res.HasField("task") and res.token):
             return False
         task = res.task
@@ -237,12 +238,12 @@ class WarmExecutor:
         port = int(self.settings.runtime_api_address.rpartition(":")[2])
         if check_listener(port, self.settings.supernode_uid):
             return True
-        if not self._unreachable:
+        if self._failure != "not listening":
             _LOG.warning(
                 "executor: nothing listens on %s yet; polling on",
                 self.settings.runtime_api_address,
             )
-        self._unreachable = True
+        self._failure = "not listening"
         return False
 
     def close(self) -> None:
