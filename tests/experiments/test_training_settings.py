@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config import ExperimentConfig
+from tpsl_flwr.experiments.run import run_inprocess_experiment
 from tpsl_flwr.experiments.training_settings import training_of
 from tpsl_flwr.parties.training_rules import (
     BASE_LR,
@@ -236,6 +237,26 @@ def test_the_config_resolves_the_schedule_from_the_files_rows_and_wide_part():
     assert training_of(named, 80_000).schedule == "cosine"
 
 
+@pytest.mark.parametrize(
+    ("rows", "options", "budget_steps", "still_learning"),
+    [
+        (1_600, {"beside_ftrl": True}, 100, True),  # 2,000-row Criteo/Avazu file
+        (4_000, {"beside_ftrl": True}, 250, False),  # 5,000 rows: 125 an epoch
+        (456, {"heavy_noise": True}, 30, True),  # breast-cancer, Laplace
+        (1_437, {}, 0, False),  # digits, light noise: no budget
+        (1_600, {"beside_ftrl": True, "lr": 1e-3}, 0, False),  # a rate given
+        (60_000, {"beside_ftrl": True}, 0, False),  # above the budget's rows
+    ],
+)
+def test_still_learning_where_the_budget_leaves_under_64_steps_an_epoch(
+    rows, options, budget_steps, still_learning
+):
+    settings = resolve_training(train_rows=rows, epochs=8, **options)
+    assert settings.budget_steps == budget_steps
+    assert settings.still_learning is still_learning
+    assert settings.to_dict()["budget_steps"] == budget_steps
+
+
 def test_the_defaults_are_auto_and_round_trip_through_the_run_config():
     cfg = ExperimentConfig()
     assert (cfg.batch_size, cfg.lr, cfg.lr_schedule) == (0, 0.0, "auto")
@@ -306,3 +327,30 @@ def test_the_config_resolves_denoise_from_its_schema():
 def test_resolve_training_refuses_bad_values_naming_them(given_values, message):
     with pytest.raises(ConfigError, match=message):
         resolve_training(**{"train_rows": 100, "epochs": 1, **given_values})
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "averaged_epochs"),
+    [("laplace", 0), ("none", 4)],
+    ids=["budget-still-learning", "no-budget"],
+)
+def test_a_run_resolves_auto_from_its_epoch_budget(
+    tmp_path, mechanism, averaged_epochs
+):
+    # Prepare: breast-cancer, 5 epochs, no hold-out: under Laplace labels the
+    # epoch budget holds it to 2 x 15 steps' worth (still learning); clean
+    # labels have no budget
+    cfg = ExperimentConfig(
+        dataset="breast-cancer",
+        mechanism=mechanism,
+        epochs=5,
+        noise_seed=3,
+        out_dir=str(tmp_path),
+    )
+
+    # Execute
+    results, _ = run_inprocess_experiment(cfg)
+
+    # Assert: averaged over epochs 2-5 only without the budget
+    assert results["training"]["average_epochs"] == averaged_epochs
+    assert (results["averaged"] is not None) == (averaged_epochs > 0)

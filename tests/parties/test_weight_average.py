@@ -80,6 +80,16 @@ def test_the_rule_from_public_facts(average, epochs, held_out, start):
     assert resolve_average(average, epochs=epochs, held_out=held_out) == start
 
 
+def test_auto_does_not_average_a_run_the_epoch_budget_leaves_still_learning():
+    # still_learning: the model improves to its last epoch; averaging from
+    # epoch 2 would take in under-trained weights (Criteo 2k, noisy labels)
+    assert (
+        resolve_average("auto", epochs=8, held_out=False, still_learning=True) is None
+    )
+    assert resolve_average("auto", epochs=8, held_out=False, still_learning=False) == 1
+    assert resolve_average("on", epochs=8, held_out=False, still_learning=True) == 1
+
+
 def test_every_epoch_after_the_first_is_averaged():
     assert [e - average_start(e) for e in (1, 2, 3, 8, 16)] == [1, 1, 2, 7, 15]
 

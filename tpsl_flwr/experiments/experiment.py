@@ -205,12 +205,19 @@ def build_strategy(
     mechanism = cfg.make_mechanism(labels.num_classes)
     top = build_top(cfg, num_outputs_for(labels.num_classes))
     validation, binding, records, privacy = release_request(cfg, labels, mechanism)
-    # average = auto resolved from the epochs and the hold-out (refused first).
-    average_from = resolve_average(
-        cfg.average, epochs=cfg.epochs, held_out=validation > 0
-    )
     # batch-size / lr = 0 resolved from the training rows, as every node does.
     training = training_of(cfg, int(labels.train_labels.size))
+    # average = auto resolved from the epochs, the hold-out (refused first) and
+    # the epoch budget; the strategy is given the resolved on/off.
+    average_from = resolve_average(
+        cfg.average,
+        epochs=cfg.epochs,
+        held_out=validation > 0,
+        still_learning=training.still_learning,
+    )
+    average = cfg.average
+    if average == "auto" and training.still_learning:
+        average = "off"
     store = LabelStore(cfg.label_party_dir)
     provide_seeded_key(cfg)
     release = store.open_release(
@@ -249,7 +256,7 @@ def build_strategy(
         release=release,
         validation_fraction=validation,
         lr_schedule=training.schedule,
-        average=cfg.average,
+        average=average,
     )
     facts = {
         "dataset": cfg.dataset,

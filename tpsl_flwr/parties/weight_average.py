@@ -80,13 +80,19 @@ def average_start(epochs: int) -> int:
     return min(1, check_int(epochs, "epochs") - 1)
 
 
-def resolve_average(average: object, *, epochs: int, held_out: bool) -> int | None:
+def resolve_average(
+    average: object, *, epochs: int, held_out: bool, still_learning: bool = False
+) -> int | None:
     """The first epoch (0-based) whose weights the run averages, or ``None``.
 
     ``on`` averages every epoch after the first (:func:`average_start`);
     ``auto`` does so for runs of at least
     :data:`AUTO_MIN_EPOCHS` epochs that hold no ids out (a run with a
-    hold-out restores its best epoch instead); ``off`` never. Public facts
+    hold-out restores its best epoch instead) and are not ``still_learning``
+    (the epoch budget holds them to so few steps that the model still
+    improves in its last epochs:
+    :attr:`~tpsl_flwr.parties.training_rules.TrainingSettings.still_learning`);
+    ``off`` never. Public facts
     only: the label party resolves it and tells every node when to fold its
     weights in, so all parties average the same epochs.
 
@@ -104,6 +110,10 @@ def resolve_average(average: object, *, epochs: int, held_out: bool) -> int | No
     True
     >>> resolve_average("auto", epochs=8, held_out=True) is None
     True
+    >>> resolve_average("auto", epochs=8, held_out=False, still_learning=True) is None
+    True
+    >>> resolve_average("on", epochs=8, held_out=False, still_learning=True)
+    1
     """
     mode = average_mode(average)
     epochs = check_int(epochs, "epochs")
@@ -115,7 +125,7 @@ def resolve_average(average: object, *, epochs: int, held_out: bool) -> int | No
         )
     if mode == "off" or held_out:
         return None
-    if mode == "auto" and epochs < AUTO_MIN_EPOCHS:
+    if mode == "auto" and (epochs < AUTO_MIN_EPOCHS or still_learning):
         return None
     return average_start(epochs)
 

@@ -192,8 +192,10 @@ def for_labels(
         ``auto`` (default), ``on`` or ``off``: return every party's weights
         averaged over the later epochs, each party its own (the top model
         here, each node its bottom model, on the label party's word); ``auto``
-        is on for runs of 5 or more epochs without a hold-out
-        (:func:`~tpsl_flwr.parties.weight_average.resolve_average`); ``on``
+        is on for runs of 5 or more epochs without a hold-out, except where
+        the epoch budget leaves the model still learning at the end (fewer
+        than 64 steps an epoch under heavy label noise on small data;
+        :func:`~tpsl_flwr.parties.weight_average.resolve_average`); ``on``
         beside a hold-out is refused.
     denoise
         ``auto`` (default), ``posterior`` or ``none``: what the top model
@@ -371,6 +373,8 @@ def for_labels(
     if fraction > 0:
         check_validation_mechanism(mech)
     resolve_average(average, epochs=epochs, held_out=fraction > 0)  # refused now
+    if average == "auto" and training.still_learning:  # as simulate resolves it
+        average = "off"
     denoised = denoise_of(denoise, denoise_prior, mech)
     if factory is None:
         decay = DEFAULT_WEIGHT_DECAY if weight_decay is None else weight_decay
