@@ -240,12 +240,13 @@ def test_the_config_resolves_the_schedule_from_the_files_rows_and_wide_part():
 @pytest.mark.parametrize(
     ("rows", "options", "budget_steps", "still_learning"),
     [
-        (1_600, {"beside_ftrl": True}, 100, True),  # 2,000-row Criteo/Avazu file
-        (4_000, {"beside_ftrl": True}, 250, False),  # 5,000 rows: 125 an epoch
+        (1_600, {"beside_ftrl": True, "heavy_noise": True}, 100, True),  # 2k file
+        (1_600, {"beside_ftrl": True}, 100, False),  # clean labels peak mid-run
+        (4_000, {"beside_ftrl": True, "heavy_noise": True}, 250, False),  # 5k rows
         (456, {"heavy_noise": True}, 30, True),  # breast-cancer, Laplace
         (1_437, {}, 0, False),  # digits, light noise: no budget
-        (1_600, {"beside_ftrl": True, "lr": 1e-3}, 0, False),  # a rate given
-        (60_000, {"beside_ftrl": True}, 0, False),  # above the budget's rows
+        (1_600, {"heavy_noise": True, "lr": 1e-3}, 0, False),  # a rate given
+        (60_000, {"heavy_noise": True}, 0, False),  # above the budget's rows
     ],
 )
 def test_still_learning_where_the_budget_leaves_under_64_steps_an_epoch(
@@ -255,6 +256,7 @@ def test_still_learning_where_the_budget_leaves_under_64_steps_an_epoch(
     assert settings.budget_steps == budget_steps
     assert settings.still_learning is still_learning
     assert settings.to_dict()["budget_steps"] == budget_steps
+    assert settings.to_dict()["still_learning"] is still_learning
 
 
 def test_the_defaults_are_auto_and_round_trip_through_the_run_config():

@@ -93,9 +93,10 @@ FIELD_HELP: dict[str, str] = {
     "else 0 (and 0 for gaussian)",
     "average": "return every party's weights averaged over every epoch after the "
     "first (each party its own: the top model, each bottom model); auto: on for "
-    "runs of 5 or more epochs without a validation hold-out, unless the epoch "
-    "budget leaves under 64 steps an epoch (the model still learns at the end, "
-    "e.g. 2000-row criteo/avazu files); a resume keeps the "
+    "runs of 5 or more epochs without a validation hold-out, unless the labels "
+    "are heavily noisy and the epoch budget leaves under 64 steps an epoch (the "
+    "model still learns at the end, e.g. 2000-row criteo/avazu files); a resume "
+    "keeps the "
     "stopped run's resolved value (another is refused)",
     "denoise": "what the label party trains on: the mechanism's noisy labels "
     "(none, the paper), or their posterior given a prior (posterior; "

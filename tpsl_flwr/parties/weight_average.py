@@ -89,8 +89,8 @@ def resolve_average(
     ``auto`` does so for runs of at least
     :data:`AUTO_MIN_EPOCHS` epochs that hold no ids out (a run with a
     hold-out restores its best epoch instead) and are not ``still_learning``
-    (the epoch budget holds them to so few steps that the model still
-    improves in its last epochs:
+    (heavily noisy labels, and an epoch budget of so few steps that the model
+    still improves in its last epochs:
     :attr:`~tpsl_flwr.parties.training_rules.TrainingSettings.still_learning`);
     ``off`` never. Public facts
     only: the label party resolves it and tells every node when to fold its

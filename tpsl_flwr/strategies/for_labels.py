@@ -193,8 +193,8 @@ def for_labels(
         averaged over the later epochs, each party its own (the top model
         here, each node its bottom model, on the label party's word); ``auto``
         is on for runs of 5 or more epochs without a hold-out, except where
-        the epoch budget leaves the model still learning at the end (fewer
-        than 64 steps an epoch under heavy label noise on small data;
+        the epoch budget leaves the model still learning at the end (heavy
+        label noise and fewer than 64 steps an epoch on small data;
         :func:`~tpsl_flwr.parties.weight_average.resolve_average`); ``on``
         beside a hold-out is refused.
     denoise
