@@ -119,6 +119,21 @@ def test_the_defaults_are_the_ones_simulate_resolves(tmp_path):
     assert (group["lr"], group["weight_decay"]) == (0.00667, 0.3)
 
 
+def test_auto_averages_unless_the_budget_leaves_the_model_still_learning(tmp_path):
+    # 48 rows of Laplace labels, 8 epochs: the epoch budget's rate leaves the
+    # model still learning (2 steps an epoch): no tail average, as simulate
+    budgeted = one_call(tmp_path / "a", batch_size=0, epochs=8)
+    assert budgeted.average_from is None
+    # An optimizer of the embedder's own: no budget applies, the average stays
+    own = one_call(
+        tmp_path / "b",
+        batch_size=0,
+        epochs=8,
+        optimizer=lambda params: torch.optim.Adam(params, lr=1e-3),
+    )
+    assert own.average_from == 1
+
+
 def test_a_seeded_noise_key_is_reproducible(tmp_path):
     first = one_call(tmp_path / "a", noise_key=NoiseKey.from_seed(3))
     again = one_call(tmp_path / "b", noise_key=NoiseKey.from_seed(3), new_release=True)

@@ -373,8 +373,8 @@ def for_labels(
     if fraction > 0:
         check_validation_mechanism(mech)
     resolve_average(average, epochs=epochs, held_out=fraction > 0)  # refused now
-    if average == "auto" and training.still_learning:  # as simulate resolves it
-        average = "off"
+    if average == "auto" and training.still_learning and optimizer is None:
+        average = "off"  # as simulate resolves it (the budget sets the rate)
     denoised = denoise_of(denoise, denoise_prior, mech)
     if factory is None:
         decay = DEFAULT_WEIGHT_DECAY if weight_decay is None else weight_decay
