@@ -147,9 +147,10 @@ class TPSLStrategy(Strategy):
         epoch but the first (its own weights only: the label party its
         top model, each node its bottom model; the label party says when),
         and the results report that model's metrics (``averaged``); ``auto``:
-        on for runs of at least 5 epochs without a hold-out
-        (:func:`~tpsl_flwr.parties.weight_average.resolve_average`); ``off``
-        (the default): the last or the restored best epoch.
+        on for runs of at least 5 epochs without a hold-out (``for_labels``
+        and ``simulate`` pass ``off`` where the epoch budget leaves the model
+        still learning: :func:`~tpsl_flwr.parties.weight_average.resolve_average`);
+        ``off`` (the default): the last or the restored best epoch.
 
     See ``docs/embedding.md`` for the contracts of both parties and for
     resuming an embedded run. :meth:`for_labels` builds the label party,

@@ -96,7 +96,8 @@ def clearly_better(
 class BestEpoch:
     """The epoch kept by the paired rule with a label-noise margin, and its top model.
 
-    The first scored epoch is kept; a later one replaces it only if its
+    The first scored epoch offered is kept (under ``restarts`` only the ends of
+    cycles are offered); a later one replaces it only if its
     per-id validation losses are :func:`clearly_better` than the kept epoch's
     on the same held-out ids, by ``num_se`` standard errors of the label noise
     (:func:`~tpsl_flwr.validation.noise_margin.label_noise_se`, from both
