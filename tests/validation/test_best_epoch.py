@@ -380,6 +380,16 @@ def test_the_best_epoch_is_restored_at_the_label_party_and_at_every_node():
     assert keeps and keeps[-1] == best
 
 
+def _sent_scales(report, to=None):
+    """The learning-rate scales the messages carried (to node ``to``, else all)."""
+    return [
+        float(m.content.config_records[P.CONFIG][P.LR_SCALE])
+        for m in report.messages
+        if P.LR_SCALE in m.content.config_records[P.CONFIG]
+        and (to is None or m.metadata.dst_node_id == to)
+    ]
+
+
 def test_the_nodes_follow_the_label_partys_cosine_schedule():
     nodes = Nodes()
     party = party_for(Y[:ROWS], make_mechanism("none"))
@@ -388,11 +398,7 @@ def test_the_nodes_follow_the_label_partys_cosine_schedule():
     )
     report = run_strategy(strategy, make_client_app(nodes), num_nodes=2, seed=0)
     total = 2 * 4
-    sent = [
-        float(m.content.config_records[P.CONFIG][P.LR_SCALE])
-        for m in report.messages
-        if P.LR_SCALE in m.content.config_records[P.CONFIG]
-    ]
+    sent = _sent_scales(report)
     # Each gradient goes with the scale its step was taken at: 0..T-1, per node.
     expected = [lr_scale("cosine", t, total) for t in range(total)]
     assert sorted(set(sent), reverse=True) == pytest.approx(expected)
@@ -415,12 +421,7 @@ def test_under_restarts_every_node_follows_a_cosine_cycle_of_two_epochs():
 
     # Assert: the scales sent are the first cycle's twice over; each cycle ends
     # near 0 (step 7 and step 15), as the end of a 2-epoch cosine run does
-    sent = [
-        float(m.content.config_records[P.CONFIG][P.LR_SCALE])
-        for m in report.messages
-        if P.LR_SCALE in m.content.config_records[P.CONFIG]
-        and m.metadata.dst_node_id == report.messages[0].metadata.dst_node_id
-    ]
+    sent = _sent_scales(report, to=report.messages[0].metadata.dst_node_id)
     cycle = [lr_scale("cosine", t, 8) for t in range(8)]
     assert sent[:16] == pytest.approx(cycle + cycle)
     assert sent[7] == pytest.approx(sent[15]) and sent[7] < 0.05
