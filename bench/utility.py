@@ -20,7 +20,7 @@ Cases (``--only NAME[,NAME]``; ``flwr`` runs only with ``--flwr`` or by name):
 ``avazu-*``            a generated Avazu file, none / laplace / discrete eps 1
                        (targets as the Criteo cases)
 ``synthetic-none``     synthetic-ctr 200k rows, 8 epochs: AUC >= 0.80
-``synthetic-laplace``  same, Laplace eps 1: AUC >= 0.755
+``synthetic-laplace``  same, Laplace eps 1: AUC >= 0.76
 ``synthetic-discrete`` same, discrete eps 1: AUC >= 0.765
 ``flwr``               ``flwr run .`` with no arguments (Ray): AUC >= 0.70
 =====================  ======================================================
@@ -85,8 +85,13 @@ reference on the same split: for the protected Criteo and Avazu cases the
 logistic regression on the same released labels, so its SD is the spread the
 model adds beyond the split's and the noise draw's; for the others the
 reference column's own, a clean-label LR or the synthetic data's Bayes AUC),
-and the wall seconds per run; a third, for cases run at several
-epoch counts, each count's mean final against the smallest count's. The
+the test split's own standard error (``test-split SE``, the mean over the
+seeds of Hanley and McNeil's 1982 closed form for an AUC over the test rows'
+positives and negatives, binomial for an accuracy: the SD a fixed model's
+metric has over redrawn test splits alone, so a seed SD near it is the
+split's, not the model's) and the wall seconds per run; a third, for cases
+run at several epoch counts, each count's mean final against the smallest
+count's. The
 issue's rules are judged on the means: ``final >= best - 0.005``
 (:data:`BEST_TOLERANCE`) at every count, and a longer run's final at most
 0.005 below the shortest's. ``--rows N`` sets the size of the generated
@@ -132,6 +137,7 @@ from threadpoolctl import threadpool_limits
 from tpsl_flwr.data import DatasetSplit
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_experiment
+from tpsl_flwr.experiments.sweep.guarantee import utility_errors
 from tpsl_flwr.privacy import closed_forms
 
 REPO = Path(__file__).resolve().parents[1]
@@ -236,7 +242,7 @@ CASES: tuple[Case, ...] = (
         "synthetic-ctr",
         "laplace",
         1.0,
-        0.755,
+        0.76,
         reference="bayes",
         rows=200_000,
         epochs=8,
@@ -411,7 +417,7 @@ def case_config(
     rows, case_epochs = case.rows, case.epochs
     if args.quick and case.dataset == "synthetic-ctr":
         rows, case_epochs = 20_000, 2
-    if rows:
+    if rows and "rows" not in args.overrides:  # --set rows=N: a variant
         options["rows"] = rows
     if epochs or case_epochs:
         options["epochs"] = epochs or case_epochs
@@ -539,6 +545,9 @@ def run_case(
         return row, None
     row["seconds"] = time.perf_counter() - started
     row["value"] = results.get(case.metric)
+    row["test_se"] = utility_errors({case.metric: row["value"]}, results).get(
+        case.metric + "_se"
+    )
     row["chosen_epoch"] = results.get("best_epoch")
     row.update(epoch_summary(results.get("history", []), case.metric))
     started = time.perf_counter()
@@ -768,7 +777,8 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "seeds": [r.get("seed") for r in ok],
             "errors": len(runs) - len(ok),
         }
-        for key in ("value", "last", "best", "reference", "target", "seconds"):
+        spread = ("value", "last", "best", "reference", "target", "seconds", "test_se")
+        for key in spread:
             agg[key], agg[key + "_sd"] = mean_sd(r.get(key) for r in ok)
         # Each seed's final against its own reference on the same split (for a
         # protected Criteo/Avazu case the LR on the same released labels): the
@@ -829,7 +839,7 @@ def print_aggregates(aggs: list[dict[str, Any]]) -> None:
     head = [
         "case", "metric", "epochs", "seeds", "final", "last epoch", "best epoch",
         "final - best", "lowest final", "chosen / best epochs", "target", "met",
-        "reference", "final - reference", "s per run",
+        "reference", "final - reference", "test-split SE", "s per run",
     ]  # fmt: skip
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
@@ -846,7 +856,8 @@ def print_aggregates(aggs: list[dict[str, Any]]) -> None:
             pm(a["best"], a["best_sd"]), fmt(a["final_minus_best"]),
             fmt(a["min_value"]), f"{chosen} / {best}", fmt(a["target"]),
             fmt(a["met"]), fmt(a["reference"]),
-            pm(a["vs_reference"], a["vs_reference_sd"]), fmt(a["seconds"], 1),
+            pm(a["vs_reference"], a["vs_reference_sd"]), fmt(a["test_se"]),
+            fmt(a["seconds"], 1),
         ]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
 

@@ -21,6 +21,7 @@ from tpsl_flwr.parties.training_rules import (
     resolve_schedule,
     resolve_training,
 )
+from tpsl_flwr.testing import write_criteo
 
 
 def test_a_small_table_gets_small_batches_and_a_larger_rate():
@@ -110,13 +111,16 @@ def test_only_public_counts_enter_the_rule():
 
 
 @pytest.mark.parametrize(
-    ("options", "two_epochs_lr"),
-    [({"beside_ftrl": True}, BESIDE_FTRL_LR), ({"heavy_noise": True}, MAX_LR)],
+    ("rows", "options", "two_epochs_lr"),
+    [
+        (3600, {"beside_ftrl": True}, BESIDE_FTRL_LR),
+        (1600, {"heavy_noise": True}, MAX_LR),  # 50 steps an epoch: two epochs'
+    ],
 )
-def test_small_data_keeps_two_epochs_worth_of_steps(options, two_epochs_lr):
-    # Execute: ~3600 training rows at 1, 2, 8 and 16 epochs
+def test_small_data_keeps_two_epochs_worth_of_steps(rows, options, two_epochs_lr):
+    # Execute: a few thousand training rows at 1, 2, 8 and 16 epochs
     rates = {
-        e: resolve_training(train_rows=3600, epochs=e, **options).lr
+        e: resolve_training(train_rows=rows, epochs=e, **options).lr
         for e in (1, 2, 8, 16)
     }
 
@@ -124,6 +128,36 @@ def test_small_data_keeps_two_epochs_worth_of_steps(options, two_epochs_lr):
     assert rates[1] == rates[2] == two_epochs_lr
     assert rates[8] == pytest.approx(two_epochs_lr / 4)
     assert rates[16] == pytest.approx(two_epochs_lr / 8)
+
+
+@pytest.mark.parametrize(
+    ("rows", "options", "worth"),
+    [
+        (16_000, {"beside_ftrl": True, "heavy_noise": True}, 1),  # Criteo 20k
+        (4_000, {"beside_ftrl": True, "heavy_noise": True}, 1),  # 125 steps
+        (1_600, {"beside_ftrl": True, "heavy_noise": True}, 2),  # 50 steps
+        (16_000, {"beside_ftrl": True}, 2),  # clean labels
+        (32_000, {"heavy_noise": True}, 1),  # synthetic-ctr 40k, no wide part
+        (456, {"heavy_noise": True}, 2),  # breast-cancer: 15 steps an epoch
+    ],
+)
+def test_noisy_labels_keep_one_epochs_worth_from_64_steps_an_epoch(
+    rows, options, worth
+):
+    # Execute: the rate and budget at 1, 2, 3, 8 and 16 epochs
+    runs = {
+        e: resolve_training(train_rows=rows, epochs=e, **options)
+        for e in (1, 2, 3, 8, 16)
+    }
+    two = runs[2].lr
+    per_epoch = runs[1].steps
+
+    # Assert: 1 and 2 epochs unchanged; past 2, `worth` epochs' worth of it
+    assert runs[1].lr == two
+    for epochs in (3, 8, 16):
+        assert runs[epochs].lr == pytest.approx(two * worth / epochs, rel=1e-2)
+        assert runs[epochs].budget_steps == worth * per_epoch
+    assert runs[2].budget_steps == 2 * per_epoch
 
 
 def test_the_epoch_budget_needs_small_data_and_leaves_explicit_rates_alone():
@@ -134,7 +168,8 @@ def test_the_epoch_budget_needs_small_data_and_leaves_explicit_rates_alone():
 
     assert large.lr == resolve_training(train_rows=SMALL_DATA_ROWS + 1, epochs=8).lr
     # clean labels, no wide part: the rule alone, 3e-3 sqrt(4000 / 904)
-    assert plain.lr == 0.00631 and noisy.lr == MAX_LR / 4
+    assert plain.lr == 0.00631
+    assert noisy.lr == MAX_LR / 8  # 113 steps an epoch: one epoch's worth
     assert given.lr == 0.02
 
 
@@ -220,9 +255,14 @@ def test_auto_restarts_only_beside_ftrl_on_large_files_past_two_epochs(
         assert kept == named
 
 
-def test_the_config_resolves_the_schedule_from_the_files_rows_and_wide_part():
-    # A Criteo-sized run beside FTRL (wide = auto turns it on up to 200k rows)
-    big = {"dataset": "breast-cancer", "wide": True, "wide_optimizer": "ftrl"}
+def test_the_config_resolves_the_schedule_from_the_files_rows_and_wide_part(
+    tmp_path,
+):
+    # A Criteo run beside FTRL (wide = auto turns it on up to 200k rows); the
+    # rows are given to the rule, the file's own size does not enter
+    path = write_criteo(tmp_path / "train.txt", 200, seed=1).path
+    big = {"dataset": "criteo", "data_path": str(path), "wide": True}
+    big["wide_optimizer"] = "ftrl"
     assert training_of(ExperimentConfig(**big, epochs=8), 80_000).schedule == (
         "restarts"
     )
@@ -233,6 +273,11 @@ def test_the_config_resolves_the_schedule_from_the_files_rows_and_wide_part():
     gaussian = ExperimentConfig(**big, epochs=8, mechanism="gaussian")
     assert training_of(gaussian, 80_000).schedule == "cosine"
     assert training_of(ExperimentConfig(epochs=8), 160_000).schedule == "cosine"
+    # The built-in tables hold nothing out (the tail average): no restarts
+    table = {**big, "dataset": "breast-cancer", "data_path": ""}
+    assert training_of(ExperimentConfig(**table, epochs=8), 80_000).schedule == (
+        "cosine"
+    )
     named = ExperimentConfig(**big, epochs=8, lr_schedule="cosine")
     assert training_of(named, 80_000).schedule == "cosine"
 
@@ -242,7 +287,9 @@ def test_the_config_resolves_the_schedule_from_the_files_rows_and_wide_part():
     [
         (1_600, {"beside_ftrl": True, "heavy_noise": True}, 100, True),  # 2k file
         (1_600, {"beside_ftrl": True}, 100, False),  # clean labels peak mid-run
-        (4_000, {"beside_ftrl": True, "heavy_noise": True}, 250, False),  # 5k rows
+        # 5k rows: 125 steps an epoch, one epoch's worth under noise beside FTRL
+        (4_000, {"beside_ftrl": True, "heavy_noise": True}, 125, False),
+        (4_000, {"beside_ftrl": True}, 250, False),  # clean: two epochs' worth
         (456, {"heavy_noise": True}, 30, True),  # breast-cancer, Laplace
         (1_437, {}, 0, False),  # digits, light noise: no budget
         (1_600, {"heavy_noise": True, "lr": 1e-3}, 0, False),  # a rate given

@@ -5,6 +5,8 @@ import pytest
 from tpsl_flwr import ConfigError, PrivacyError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_experiment
+from tpsl_flwr.experiments.training_settings import validation_of
+from tpsl_flwr.testing import write_criteo
 from tpsl_flwr.validation.holdout import (
     AUTO_FRACTION,
     AUTO_MIN_EPOCHS,
@@ -14,14 +16,22 @@ from tpsl_flwr.validation.holdout import (
 )
 
 SMALL_RUN = dict(
-    dataset="synthetic-ctr",
-    rows=30_000,  # 24k trained: 10% is 2400 ids, over AUTO_MIN_IDS
+    dataset="criteo",  # hashed codes: auto holds out (built-in tables do not)
     mechanism="laplace",
     epsilon=1.0,
     noise_seed=0,
     audit=False,
     batch_size=1024,
 )
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """30k generated Criteo rows (24k trained: 10% is 2400 ids, over AUTO_MIN_IDS)."""
+    path = tmp_path_factory.mktemp("criteo") / "train.txt"
+    return dict(SMALL_RUN, data_path=str(write_criteo(path, 30_000, seed=3).path))
+
+
 """A quick run whose 10% hold-out is large enough for ``auto``."""
 
 
@@ -42,6 +52,20 @@ def test_auto_holds_out_only_long_runs_with_enough_ids(
         "auto", train_rows=rows, epochs=epochs, mechanism=mechanism
     )
     assert found == expected
+
+
+def test_auto_holds_out_only_where_the_data_has_hashed_codes(small_run):
+    # The rule: built-in tables (categorical columns of 3-100 values) average
+    rows = AUTO_MIN_IDS * 100
+    facts = dict(train_rows=rows, epochs=8, mechanism="laplace")
+    assert resolve_validation("auto", **facts, hashed_codes=False) == 0.0
+    assert resolve_validation("auto", **facts, hashed_codes=True) == AUTO_FRACTION
+    assert resolve_validation(0.2, **facts, hashed_codes=False) == 0.2  # as given
+    # The config's: the Criteo and Avazu files are hashed codes, synthetic-ctr not
+    criteo = ExperimentConfig(**small_run, epochs=8)
+    synthetic = ExperimentConfig(dataset="synthetic-ctr", epochs=8, mechanism="laplace")
+    assert validation_of(criteo, rows) == AUTO_FRACTION
+    assert validation_of(synthetic, rows) == 0.0
 
 
 def test_an_explicit_fraction_always_wins():
@@ -74,10 +98,12 @@ def test_gaussian_runs_with_the_default_and_refuses_an_explicit_hold_out():
         )
 
 
-def test_results_report_the_resolved_fraction_and_the_strategy_uses_it(tmp_path):
-    """A 3-epoch run of 30k synthetic rows (24k trained: 2400 ids) holds out;
+def test_results_report_the_resolved_fraction_and_the_strategy_uses_it(
+    tmp_path, small_run
+):
+    """A 3-epoch run of 30k Criteo rows (24k trained: 2400 ids) holds out;
     with 2 epochs it does not."""
-    common = SMALL_RUN
+    common = small_run
     long = run_experiment(
         ExperimentConfig(**common, epochs=3, out_dir=str(tmp_path / "long"))
     )
@@ -90,9 +116,9 @@ def test_results_report_the_resolved_fraction_and_the_strategy_uses_it(tmp_path)
     assert short.get("best_epoch") is None
 
 
-def test_extending_a_run_across_the_epoch_line_names_the_hold_out(tmp_path):
+def test_extending_a_run_across_the_epoch_line_names_the_hold_out(tmp_path, small_run):
     """auto resolves again on resume: 2 -> 3 epochs would hold out ids trained on."""
-    common = dict(**SMALL_RUN, checkpoint=True, out_dir=str(tmp_path / "run"))
+    common = dict(**small_run, checkpoint=True, out_dir=str(tmp_path / "run"))
     run_experiment(ExperimentConfig(**common, epochs=2))
     with pytest.raises(
         PrivacyError, match=r"validation-fraction \(0.0 -> 0.1\)"

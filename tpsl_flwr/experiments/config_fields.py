@@ -61,7 +61,8 @@ FIELD_HELP: dict[str, str] = {
     "lr": "Adam learning rate of every model; 0: auto, from the run's optimizer "
     "steps (3e-3 for 4000 steps or more, up to 1e-2 for short runs; 1e-3 beside "
     "an ftrl wide part); on at most 50000 training rows beside ftrl or with noisy "
-    "labels, more than 2 epochs take the 2-epoch rate times 2 / epochs",
+    "labels, more than 2 epochs take the 2-epoch rate times 2 / epochs (1 / "
+    "epochs with noisy labels and 64 steps an epoch or more)",
     "lr-schedule": "learning-rate schedule over the run: constant; cosine decay "
     "to 0 by the last step; restarts: a cosine cycle every 2 epochs (SGDR); auto: "
     "restarts for more than 2 epochs beside an ftrl wide part on more than 50000 "
@@ -89,8 +90,9 @@ FIELD_HELP: dict[str, str] = {
     "validation-fraction": "probability of a training record being held out "
     "for validation (by id alone); each epoch is scored on its noisy labels and "
     "the best epoch's models are restored at the end; 0: no validation; auto: "
-    "0.1 for runs of 3 or more epochs where that holds out at least 2000 ids, "
-    "else 0 (and 0 for gaussian)",
+    "0.1 for runs of 3 or more epochs on a criteo or avazu file where that holds "
+    "out at least 2000 ids, else 0 (and 0 for gaussian; the built-in tables "
+    "return the tail average instead)",
     "average": "return every party's weights averaged over every epoch after the "
     "first (each party its own: the top model, each bottom model); auto: on for "
     "runs of 5 or more epochs without a validation hold-out, unless the labels "

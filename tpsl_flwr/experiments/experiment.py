@@ -27,7 +27,7 @@ from tpsl_flwr.experiments.audience import (
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run_folder import RESULTS_FILE, retire_results
 from tpsl_flwr.experiments.run_report import write_report
-from tpsl_flwr.experiments.training_settings import training_of
+from tpsl_flwr.experiments.training_settings import training_of, validation_of
 from tpsl_flwr.experiments.wide_settings import resolve_wide
 from tpsl_flwr.models import num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
@@ -39,7 +39,6 @@ from tpsl_flwr.privacy.mechanisms import Mechanism, parameter_of
 from tpsl_flwr.release.label_set import MIN_RECORDS
 from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding
 from tpsl_flwr.strategies import TPSLStrategy
-from tpsl_flwr.validation.holdout import resolve_validation
 
 EVALUATION_LABELS = "evaluation-train-labels.npy"
 ID_SPACE_KEYS = ("dataset", "data-path", "rows", "seed", "test-fraction", "split")
@@ -86,13 +85,8 @@ def release_request(
         If a data file leaves fewer than ``MIN_RECORDS`` labelled records.
     """
     run_config = cfg.to_run_config()
-    # validation-fraction = auto resolved from the public rows and epochs.
-    validation = resolve_validation(
-        cfg.validation_fraction,
-        train_rows=int(labels.train_labels.size),
-        epochs=cfg.epochs,
-        mechanism=cfg.mechanism,
-    )
+    # validation-fraction = auto resolved from the public rows, epochs, dataset.
+    validation = validation_of(cfg, int(labels.train_labels.size))
     binding = NoiseBinding.of(
         mechanism=mechanism,
         placement=cfg.placement,

@@ -13,6 +13,7 @@ import math
 from typing import Protocol
 
 from tpsl_flwr._util.checks import check_int
+from tpsl_flwr.data.builtin import FILE_DATASETS
 from tpsl_flwr.errors import ConfigError
 from tpsl_flwr.experiments.config_fields import (
     DENOISE_PRIORS,
@@ -38,6 +39,7 @@ __all__ = [
     "resolve_denoise",
     "resolve_training",
     "training_of",
+    "validation_of",
 ]
 
 
@@ -102,12 +104,7 @@ def training_of(cfg: TrainingFields, train_rows: int) -> TrainingSettings:
     (:func:`~tpsl_flwr.experiments.wide_settings.resolve_wide`).
     """
     cfg = resolve_wide(cfg, train_rows)
-    held_out = resolve_validation(
-        cfg.validation_fraction,
-        train_rows=train_rows,
-        epochs=cfg.epochs,
-        mechanism=cfg.mechanism,
-    )
+    held_out = validation_of(cfg, train_rows)
     return resolve_training(
         train_rows=train_rows,
         epochs=cfg.epochs,
@@ -117,6 +114,23 @@ def training_of(cfg: TrainingFields, train_rows: int) -> TrainingSettings:
         heavy_noise=cfg.heavy_label_noise,
         lr_schedule=cfg.lr_schedule,
         held_out=held_out > 0,
+    )
+
+
+def validation_of(cfg: TrainingFields, train_rows: int) -> float:
+    """``validation-fraction`` of ``cfg`` resolved for ``train_rows`` rows.
+
+    The one resolution the label party (its hold-out and noise binding) and
+    every node (the schedule, :func:`training_of`) make alike: the dataset
+    says whether the data has hashed codes (the Criteo and Avazu files,
+    :func:`~tpsl_flwr.validation.holdout.resolve_validation`).
+    """
+    return resolve_validation(
+        cfg.validation_fraction,
+        train_rows=train_rows,
+        epochs=cfg.epochs,
+        mechanism=cfg.mechanism,
+        hashed_codes=cfg.dataset in FILE_DATASETS,
     )
 
 
