@@ -349,11 +349,12 @@ def resolve_training(
         if heavy_noise and per_epoch >= MIN_STEPS_PER_EPOCH and epochs > BUDGET_EPOCHS:
             worth = NOISY_BUDGET_EPOCHS
         budget_steps = worth * per_epoch if budget else 0
+        # The rate of a run of min(epochs, 2) epochs, times worth / epochs past 2
+        counted = (min(epochs, BUDGET_EPOCHS) if budget else epochs) * per_epoch
         paid = min(epochs, worth) if budget else epochs
         if beside_ftrl:
             lr = BESIDE_FTRL_LR
         else:
-            counted = paid * -(-rows // batch_size)
             lr = min(MAX_LR, max(BASE_LR, BASE_LR * math.sqrt(BASE_LR_STEPS / counted)))
         lr = float(f"{lr * paid / epochs:.3g}")
     schedule = resolve_schedule(

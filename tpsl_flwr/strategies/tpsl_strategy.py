@@ -127,9 +127,12 @@ class TPSLStrategy(Strategy):
         Hold out this fraction of the training ids, by a hash of the id alone,
         score every epoch on their noisy labels and restore the best epoch's
         models at the end (:mod:`~tpsl_flwr.validation.best_epoch`); 0: train
-        on every id and keep the last epoch; ``"auto"``: the run config's rule
-        (:func:`~tpsl_flwr.validation.holdout.resolve_validation`,
-        from the training rows, epochs and mechanism).
+        on every id and keep the last epoch; ``"auto"``: the rule of
+        :func:`~tpsl_flwr.validation.holdout.resolve_validation` from the
+        training rows, epochs and mechanism, for data of hashed codes (the
+        run config also reads its dataset: ``validation_of`` in
+        :mod:`~tpsl_flwr.experiments.training_settings`, and passes the
+        resolved number).
     lr_schedule
         ``constant``, ``cosine`` or ``restarts`` (a cosine cycle every
         :data:`~tpsl_flwr.parties.training_rules.CYCLE_EPOCHS` epochs;
@@ -216,7 +219,7 @@ class TPSLStrategy(Strategy):
         self._resumed = release is not None and release.resumed
         self.lr_schedule = lr_schedule
         lr_scale(lr_schedule, 0, 1)  # refuses an unknown schedule
-        fraction = resolve_validation(  # "auto" as the run config resolves it
+        fraction = resolve_validation(  # "auto" as for a file of hashed codes
             validation_fraction,
             train_rows=self.num_train,
             epochs=self.epochs,
