@@ -219,7 +219,8 @@ class TrainingSettings:
     (``epochs * ceil(train_rows / batch_size)``); ``schedule`` the resolved
     ``lr-schedule`` (:func:`resolve_schedule`); ``budget_steps`` the steps'
     worth the epoch budget holds the run to (``2 * ceil(train_rows /
-    batch_size)``), 0 where no budget applies.
+    batch_size)``, one epoch's under :data:`NOISY_BUDGET_EPOCHS`), 0 where no
+    budget applies.
 
     ``still_learning``: the labels are heavily noisy (:func:`heavy_label_noise`)
     and the budget leaves fewer than :data:`MIN_STEPS_PER_EPOCH` steps an
