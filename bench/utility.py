@@ -12,13 +12,13 @@ Cases (``--only NAME[,NAME]``; ``flwr`` runs only with ``--flwr`` or by name):
 =====================  ======================================================
 ``digits-discrete``    digits, discrete (randomized response) eps 4: acc >= 0.93
 ``digits-none``        digits, no protection: accuracy >= 0.95
-``breast-laplace``     breast-cancer, Laplace eps 1: AUC >= 0.98
-``criteo-none``        5000 generated Criteo rows, none: AUC >= LR - 0.005
+``breast-laplace``     breast-cancer, Laplace eps 1, 5 epochs: AUC >= 0.98
+``criteo-none``        5000 generated Criteo rows, none, 8 epochs: AUC >= LR - 0.005
 ``criteo-laplace``     same file, Laplace eps 1: AUC >= noisy-label LR - 0.01
 ``criteo-discrete``    same file, randomized response eps 1: noisy-label LR - 0.01
 ``criteo-*-wide``      both, with ``--wide --wide-optimizer ftrl`` (same targets)
 ``avazu-*``            a generated Avazu file, none / laplace / discrete eps 1
-                       (targets as the Criteo cases)
+                       (targets and epochs as the Criteo cases)
 ``synthetic-none``     synthetic-ctr 200k rows, 8 epochs: AUC >= 0.80
 ``synthetic-laplace``  same, Laplace eps 1: AUC >= 0.76
 ``synthetic-discrete`` same, discrete eps 1: AUC >= 0.765
@@ -26,8 +26,8 @@ Cases (``--only NAME[,NAME]``; ``flwr`` runs only with ``--flwr`` or by name):
 =====================  ======================================================
 
 Everything else is the defaults of :class:`ExperimentConfig` (``epochs``
-included, except the synthetic cases and digits, which run the issue's 5
-epochs), run in-process with ``run_experiment(cfg, "local", overwrite=True)``,
+included, except where the table names a count: issue 39's table), run
+in-process with ``run_experiment(cfg, "local", overwrite=True)``,
 ``noise_seed=0`` and ``seed=0`` (``--seed``), each in its own temporary
 out-dir. The synthetic cases also require
 "final = best epoch" (issue 39): the returned model's test AUC (the tail
@@ -77,7 +77,8 @@ ledger: the bench points ``TPSL_FLWR_LEDGER_DIR`` at a fresh temporary folder
 Seeds and epochs (issue 39, "training longer never hurts"): ``--seeds 0-4``
 runs every case once per seed (the split, the initial weights and the batch
 order; the noise seed stays 0, the key is derived from the seed and the
-settings) and ``--epochs 2,8`` once per epoch count. A second table then gives,
+settings) and ``--epochs 2,8`` once per epoch count (a case's target is judged
+at its own count only; at the others, only the rules below). A second table then gives,
 per case and epoch count, the mean +- SD over the seeds of the returned
 model's metric (``final``), of the last epoch's and of the best epoch's (by
 test metric, what no run can know), ``final - best``, the lowest final over
@@ -97,7 +98,11 @@ issue's rules are judged on the means: ``final >= best - 0.005``
 (:data:`BEST_TOLERANCE`) at every count, and a longer run's final at most
 0.005 below the shortest's. ``--rows N`` sets the size of the generated
 Criteo and Avazu files (default 5000; kept under ``TPSL_FLWR_BENCH_DATA``,
-default ``~/.cache/tpsl-flwr-bench``).
+default ``~/.cache/tpsl-flwr-bench``); a list (``--rows 2000,5000,20000``)
+runs those cases once per size, so that one invocation covers issue 39's
+grid. ``--jobs N`` runs N runs at once, each in its own spawned process with
+``--threads`` threads and its own ledger (the longest first); the tables are
+the same, in the same order.
 
 ``--quick``: the small cases (digits ``none``, breast-cancer Laplace, the
 Criteo file ``none`` and Laplace) unless ``--only`` names others; synthetic
@@ -107,8 +112,8 @@ cases named with it run 20000 rows, 2 epochs. ``--threads`` (default 1) sets
 nothing.
 
 Usage: ``python bench/utility.py [--quick] [--only digits-none,criteo-none]
-[--seeds 0-4] [--epochs 2,8] [--rows 5000] [--flwr] [--no-audit] [--seed 1]
-[--set KEY=VALUE] [--json out.json]``.
+[--seeds 0-4] [--epochs 2,8] [--rows 5000[,20000]] [--jobs 2] [--flwr]
+[--no-audit] [--seed 1] [--set KEY=VALUE] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -117,6 +122,7 @@ import argparse
 import dataclasses
 import json
 import math
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -124,6 +130,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,7 +186,9 @@ class Case:
     relative: bool = False
     reference: str = "lr"
     rows: int = 0
-    epochs: int = 0  # 0: the config's default
+    epochs: int = 0
+    """The epoch count the target is set at (0: the config's default); a run
+    at another count (``--epochs``) is judged by the issue's rules alone."""
     final_is_best: bool = False
     options: tuple[tuple[str, Any], ...] = ()
     """Settings beside the defaults (``ExperimentConfig`` field, value)."""
@@ -201,15 +210,49 @@ WIDE_FTRL: tuple[tuple[str, Any], ...] = (("wide", True), ("wide_optimizer", "ft
 CASES: tuple[Case, ...] = (
     Case("digits-discrete", "digits", "discrete", 4.0, 0.93, epochs=DIGITS_EPOCHS),
     Case("digits-none", "digits", "none", target=0.95, epochs=DIGITS_EPOCHS),
-    Case("breast-laplace", "breast-cancer", "laplace", 1.0, 0.98),
-    Case("criteo-none", "criteo", "none", target=-0.005, relative=True),
-    Case("criteo-laplace", "criteo", "laplace", 1.0, -0.01, True, reference="noisy-lr"),
+    Case("breast-laplace", "breast-cancer", "laplace", 1.0, 0.98, epochs=5),
+    Case("criteo-none", "criteo", "none", target=-0.005, relative=True, epochs=8),
     Case(
-        "criteo-discrete", "criteo", "discrete", 1.0, -0.01, True, reference="noisy-lr"
+        "criteo-laplace",
+        "criteo",
+        "laplace",
+        1.0,
+        -0.01,
+        True,
+        reference="noisy-lr",
+        epochs=8,
     ),
-    Case("avazu-none", "avazu", "none", target=-0.005, relative=True),
-    Case("avazu-laplace", "avazu", "laplace", 1.0, -0.01, True, reference="noisy-lr"),
-    Case("avazu-discrete", "avazu", "discrete", 1.0, -0.01, True, reference="noisy-lr"),
+    Case(
+        "criteo-discrete",
+        "criteo",
+        "discrete",
+        1.0,
+        -0.01,
+        True,
+        reference="noisy-lr",
+        epochs=8,
+    ),
+    Case("avazu-none", "avazu", "none", target=-0.005, relative=True, epochs=8),
+    Case(
+        "avazu-laplace",
+        "avazu",
+        "laplace",
+        1.0,
+        -0.01,
+        True,
+        reference="noisy-lr",
+        epochs=8,
+    ),
+    Case(
+        "avazu-discrete",
+        "avazu",
+        "discrete",
+        1.0,
+        -0.01,
+        True,
+        reference="noisy-lr",
+        epochs=8,
+    ),
     Case(
         "criteo-none-wide",
         "criteo",
@@ -394,11 +437,13 @@ def case_config(
     *,
     seed: int | None = None,
     epochs: int = 0,
+    file_rows: int = CRITEO_ROWS,
 ) -> ExperimentConfig:
     """The case's ExperimentConfig (defaults unless the case names a setting).
 
     ``seed`` (else ``args.seed``) and ``epochs`` (``> 0``: in place of the
-    case's) are the run's.
+    case's) are the run's; ``file_rows`` picks the generated Criteo or Avazu
+    file (``--rows``).
     """
     options: dict[str, Any] = {
         "dataset": case.dataset,
@@ -411,7 +456,7 @@ def case_config(
     if case.mechanism != "none":
         options["epsilon"] = case.epsilon
     if case.dataset in GENERATED:
-        path = args.data_paths[case.dataset]
+        path = args.data_paths[case.dataset, file_rows]
         options.update(data_path=str(path), new_release=True)
     options.update(dict(case.options))
     options.update(args.overrides)
@@ -423,6 +468,13 @@ def case_config(
     if epochs or case_epochs:
         options["epochs"] = epochs or case_epochs
     return ExperimentConfig(**options)
+
+
+def target_epochs(case: Case, args: argparse.Namespace) -> int:
+    """The epoch count the case's target is set at (``--quick``: 2 for synthetic)."""
+    if args.quick and case.dataset == "synthetic-ctr":
+        return 2
+    return case.epochs
 
 
 GENERATED = {"criteo": "train.txt", "avazu": "train.csv"}
@@ -525,17 +577,26 @@ def run_case(
     *,
     seed: int | None = None,
     epochs: int = 0,
+    file_rows: int = CRITEO_ROWS,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Run one case and its reference; the table row and the attack row."""
+    """Run one case and its reference; the table row and the attack row.
+
+    ``rows`` in the row is the generated file's for Criteo and Avazu (the
+    config's ``rows`` is 0 there: the whole file), else the config's.
+    """
     out_dir = Path(tempfile.mkdtemp(prefix=f"{case.name}-", dir=root))
-    cfg = case_config(case, out_dir, args, seed=seed, epochs=epochs)
+    cfg = case_config(
+        case, out_dir, args, seed=seed, epochs=epochs, file_rows=file_rows
+    )
     row: dict[str, Any] = {
         "case": case.name,
         "metric": case.metric,
-        "rows": cfg.rows,
+        "rows": file_rows if case.dataset in GENERATED and not cfg.rows else cfg.rows,
         "epochs": cfg.epochs,
         "seed": cfg.seed,
     }
+    at = target_epochs(case, args)
+    row["targeted"] = not at or at == cfg.epochs
     started = time.perf_counter()
     try:
         results = run_experiment(cfg, "local", overwrite=True)
@@ -586,13 +647,21 @@ def reference_of(
 
 
 def judge(case: Case, row: dict[str, Any]) -> dict[str, Any]:
-    """The target of the row and whether the run meets it."""
-    target = case.target
-    if case.relative:
-        ref = row.get("reference")
-        target = math.nan if ref is None else ref + case.target
+    """The target of the row and whether the run meets it.
+
+    A run at another epoch count than the case's target (``--epochs``) has no
+    target; its ``met`` is then "final = best" where the case asks it, else
+    None (the seeds' means are judged in :func:`aggregate`).
+    """
     value = row.get("value")
-    met = value is not None and value >= target
+    if row.get("targeted", True):
+        target: float | None = case.target
+        if case.relative:
+            ref = row.get("reference")
+            target = math.nan if ref is None else ref + case.target
+        met = value is not None and value >= target
+    else:  # another epoch count than the target's: the rules alone
+        target, met = None, None
     out: dict[str, Any] = {"target": target}
     if case.final_is_best:  # the returned model (the tail average, or an epoch)
         best = row.get("best")
@@ -600,8 +669,8 @@ def judge(case: Case, row: dict[str, Any]) -> dict[str, Any]:
             value is not None and best is not None and value >= best - FINAL_TOLERANCE
         )
         out["final_is_best"] = final_ok
-        met = met and final_ok
-    out["met"] = bool(met)
+        met = final_ok if met is None else met and final_ok
+    out["met"] = None if met is None else bool(met)
     return out
 
 
@@ -753,34 +822,35 @@ def mean_sd(values: Iterable[float | None]) -> tuple[float | None, float | None]
 
 
 def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (case, epochs): means and SDs over the seeds, the issue's rules.
+    """One row per (case, rows, epochs): means and SDs over the seeds, the rules.
 
     ``met``: the mean final meets the mean target (a relative target follows
-    each seed's reference), the lowest final too where the case asks it on
-    every seed (digits), and the mean final is at least the mean best epoch
-    minus :data:`BEST_TOLERANCE` (and within :data:`FINAL_TOLERANCE` where the
-    case asks "final = best").
+    each seed's reference; only at the target's epoch count), the lowest
+    final too where the case asks it on every seed (digits), and the mean
+    final is at least the mean best epoch minus :data:`BEST_TOLERANCE` (and
+    within :data:`FINAL_TOLERANCE` where the case asks "final = best").
     """
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
     for r in rows:
         if r.get("case") == "flwr":
             continue
-        groups.setdefault((r["case"], r.get("epochs") or 0), []).append(r)
+        key = (r["case"], r.get("rows") or 0, r.get("epochs") or 0)
+        groups.setdefault(key, []).append(r)
     out = []
-    for (name, epochs), runs in groups.items():
+    for (name, size, epochs), runs in groups.items():
         ok = [r for r in runs if "error" not in r]
         case = next(c for c in CASES if c.name == name)
         agg: dict[str, Any] = {
             "case": name,
             "metric": case.metric,
-            "rows": runs[0].get("rows"),
+            "rows": size,
             "epochs": epochs,
             "seeds": [r.get("seed") for r in ok],
             "errors": len(runs) - len(ok),
         }
         spread = ("value", "last", "best", "reference", "target", "seconds", "test_se")
-        for key in spread:
-            agg[key], agg[key + "_sd"] = mean_sd(r.get(key) for r in ok)
+        for field in spread:
+            agg[field], agg[field + "_sd"] = mean_sd(r.get(field) for r in ok)
         # Each seed's final against its own reference on the same split (for a
         # protected Criteo/Avazu case the LR on the same released labels): the
         # spread the model adds beyond the split's and the noise draw's.
@@ -797,9 +867,12 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         value, best, target = agg["value"], agg["best"], agg["target"]
         gap = None if value is None or best is None else value - best
         agg["final_minus_best"] = gap
-        met = value is not None and target is not None and value >= target
-        if case.dataset == "digits" and agg["min_value"] is not None:
-            met = met and agg["min_value"] >= target  # "on every seed"
+        if target is None:  # another epoch count than the target's
+            met = value is not None
+        else:
+            met = value is not None and value >= target
+            if case.dataset == "digits" and agg["min_value"] is not None:
+                met = met and agg["min_value"] >= target  # "on every seed"
         tolerance = FINAL_TOLERANCE if case.final_is_best else BEST_TOLERANCE
         holds_best = gap is not None and gap >= -tolerance
         agg["holds_best"] = holds_best
@@ -809,10 +882,14 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def longer_vs_shortest(aggs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per case run at several epoch counts: each count's mean final - shortest's."""
+    """Per case and size run at several epoch counts: each count's mean final
+    against the shortest count's."""
     out = []
-    for name in dict.fromkeys(a["case"] for a in aggs):
-        runs = sorted((a for a in aggs if a["case"] == name), key=lambda a: a["epochs"])
+    for name, size in dict.fromkeys((a["case"], a["rows"]) for a in aggs):
+        runs = sorted(
+            (a for a in aggs if a["case"] == name and a["rows"] == size),
+            key=lambda a: a["epochs"],
+        )
         if len(runs) < 2 or runs[0]["value"] is None:
             continue
         base = runs[0]
@@ -820,6 +897,7 @@ def longer_vs_shortest(aggs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             diff = None if a["value"] is None else a["value"] - base["value"]
             out.append({
                 "case": name,
+                "rows": size,
                 "epochs": a["epochs"],
                 "shortest": base["epochs"],
                 "value": a["value"],
@@ -838,9 +916,9 @@ def pm(mean: float | None, sd: float | None, digits: int = 4) -> str:
 def print_aggregates(aggs: list[dict[str, Any]]) -> None:
     """Mean +- SD over the seeds per case and epoch count (markdown)."""
     head = [
-        "case", "metric", "epochs", "seeds", "final", "last epoch", "best epoch",
-        "final - best", "lowest final", "chosen / best epochs", "target", "met",
-        "reference", "final - reference", "test-split SE", "s per run",
+        "case", "metric", "rows", "epochs", "seeds", "final", "last epoch",
+        "best epoch", "final - best", "lowest final", "chosen / best epochs",
+        "target", "met", "reference", "final - reference", "test-split SE", "s per run",
     ]  # fmt: skip
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
@@ -852,7 +930,8 @@ def print_aggregates(aggs: list[dict[str, Any]]) -> None:
         if a["errors"]:
             seed_text += f" ({a['errors']} failed)"
         cells = [
-            a["case"], a["metric"].removeprefix("test_"), fmt(a["epochs"]),
+            a["case"], a["metric"].removeprefix("test_"),
+            fmt(a["rows"] or "default"), fmt(a["epochs"]),
             seed_text, pm(a["value"], a["value_sd"]), pm(a["last"], a["last_sd"]),
             pm(a["best"], a["best_sd"]), fmt(a["final_minus_best"]),
             fmt(a["min_value"]), f"{chosen} / {best}", fmt(a["target"]),
@@ -865,16 +944,116 @@ def print_aggregates(aggs: list[dict[str, Any]]) -> None:
 
 def print_longer(rows: list[dict[str, Any]]) -> None:
     """Longer runs against the shortest (markdown)."""
-    head = ["case", "epochs", "mean final", "shortest", "its mean final",
+    head = ["case", "rows", "epochs", "mean final", "shortest", "its mean final",
             "difference", f">= -{BEST_TOLERANCE}"]  # fmt: skip
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
         cells = [
-            r["case"], fmt(r["epochs"]), fmt(r["value"]), fmt(r["shortest"]),
+            r["case"], fmt(r["rows"] or "default"), fmt(r["epochs"]),
+            fmt(r["value"]), fmt(r["shortest"]),
             fmt(r["shortest_value"]), fmt(r["difference"]), fmt(r["met"]),
         ]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
+
+
+Task = tuple[Case, int, int, int]
+"""One run: the case, its seed, its epoch count (0: the case's) and file rows."""
+
+
+def init_worker(threads: int, root: Path) -> None:
+    """Set a run process's threads, and its own privacy ledger under ``root``.
+
+    Every run over a generated file is a release in the privacy ledger: the
+    bench keeps its releases (of generated labels, which belong to nobody) in
+    a ledger of its own, one per process so that parallel runs never write
+    one file at once.
+    """
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    os.environ["TPSL_FLWR_LEDGER_DIR"] = str(root / f"ledger-{os.getpid()}")
+    torch.set_num_threads(threads)
+    threadpool_limits(threads)
+
+
+def run_task(
+    task: Task, root: Path, args: argparse.Namespace
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Run one task (in a worker process, or in the bench's own)."""
+    case, seed, epochs, size = task
+    row, attack = run_case(case, root, args, seed=seed, epochs=epochs, file_rows=size)
+    if attack is not None:
+        attack["seed"] = seed
+    return row, attack
+
+
+def task_label(task: Task) -> str:
+    """``criteo-laplace, 5000 rows seed 1, 8 epochs`` (progress lines)."""
+    case, seed, epochs, size = task
+    rows = f", {size} rows" if case.dataset in GENERATED else ""
+    return f"{case.name}{rows} seed {seed}" + (f", {epochs} epochs" if epochs else "")
+
+
+def task_cost(task: Task) -> float:
+    """A run's rough cost, rows times epochs (the order of ``--jobs`` runs)."""
+    case, _, epochs, size = task
+    rows = size if case.dataset in GENERATED else (case.rows or 1000)
+    return rows * (epochs or case.epochs or 2)
+
+
+def run_tasks(
+    tasks: list[Task], root: Path, args: argparse.Namespace
+) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """Every task's row and attack row, in the tasks' order.
+
+    ``--jobs 1`` runs them one after the other in this process; more runs
+    that many at once, each in a fresh (spawned) process. A progress line
+    goes to stderr as each starts and ends.
+    """
+
+    def report(task: Task, row: dict[str, Any], done_count: int) -> None:
+        done = row.get("error") or (
+            f"{fmt(row.get('value'))}, met {fmt(row['met'])}, {row['seconds']:.0f} s"
+        )
+        print(
+            f"  [{done_count}/{len(tasks)}] {task_label(task)}: {done}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    if args.jobs == 1:
+        init_worker(args.threads, root)
+        out = []
+        for task in tasks:
+            print(f"running {task_label(task)} ...", file=sys.stderr, flush=True)
+            out.append(run_task(task, root, args))
+            report(task, out[-1][0], len(out))
+        return out
+    context = multiprocessing.get_context("spawn")
+    results: dict[int, tuple[dict[str, Any], dict[str, Any] | None]] = {}
+    print(
+        f"running {len(tasks)} runs, {args.jobs} at once ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    with ProcessPoolExecutor(
+        args.jobs, mp_context=context, initializer=init_worker,
+        initargs=(args.threads, root),
+    ) as pool:  # fmt: skip
+        # The longest runs first, so that no worker is left with one at the end.
+        order = sorted(range(len(tasks)), key=lambda i: -task_cost(tasks[i]))
+        futures = {pool.submit(run_task, tasks[i], root, args): i for i in order}
+        for future in as_completed(futures):
+            index = futures[future]
+            try:
+                results[index] = future.result()
+            except Exception as err:  # a worker that died: report it, go on
+                case, seed, epochs, size = tasks[index]
+                failed = {"case": case.name, "metric": case.metric, "rows": size}
+                failed.update(seed=seed, epochs=epochs, seconds=0.0)
+                failed["error"] = f"{type(err).__name__}: {err}"
+                results[index] = (failed, None)
+            report(tasks[index], results[index][0], len(results))
+    return [results[i] for i in range(len(tasks))]
 
 
 def main() -> None:
@@ -900,9 +1079,14 @@ def main() -> None:
     )
     parser.add_argument(
         "--rows",
+        default=str(CRITEO_ROWS),
+        help="rows of the generated Criteo and Avazu files, e.g. 2000,5000,20000",
+    )
+    parser.add_argument(
+        "--jobs",
         type=int,
-        default=CRITEO_ROWS,
-        help="rows of the generated Criteo and Avazu files",
+        default=1,
+        help="runs at once, each in its own process with --threads threads",
     )
     parser.add_argument(
         "--json", type=Path, default=None, help="write the numbers here"
@@ -920,45 +1104,44 @@ def main() -> None:
     cases, with_flwr = select_cases(args.only, args.flwr, args.quick)
     seeds = int_list(args.seeds) if args.seeds else [args.seed]
     epoch_counts = int_list(args.epochs) if args.epochs else [0]
+    file_sizes = int_list(args.rows)
+    if args.jobs < 1 or args.threads < 1 or min(file_sizes) < 1:
+        raise SystemExit(
+            f"--jobs, --threads and --rows must be >= 1, got {args.jobs}, "
+            f"{args.threads}, {args.rows!r}"
+        )
 
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
-    torch.set_num_threads(args.threads)
     tmp = tempfile.TemporaryDirectory(prefix="tpsl-bench-utility-")
     root = Path(tmp.name).resolve()
     # Every run over a generated file is a release in the privacy ledger: keep
-    # this bench's releases (of generated labels) in a ledger of its own.
+    # this bench's releases (of generated labels) in ledgers of its own (each
+    # run process its own, see init_worker).
     os.environ["TPSL_FLWR_LEDGER_DIR"] = str(root / "ledger")
     args.data_paths = {
-        name: generated_file(name, args.rows)
+        (name, size): generated_file(name, size)
         for name in GENERATED
+        for size in file_sizes
         if any(c.dataset == name for c in cases)
     }
+    tasks = [
+        (case, seed, epochs, size)
+        for case in cases
+        for size in (file_sizes if case.dataset in GENERATED else [CRITEO_ROWS])
+        for epochs in epoch_counts
+        for seed in seeds
+    ]
 
     load_before = os.getloadavg()
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     attacks: list[dict[str, Any]] = []
-    with threadpool_limits(args.threads):
-        for case in cases:
-            for epochs in epoch_counts:
-                for seed in seeds:
-                    label = f"{case.name} seed {seed}" + (
-                        f", {epochs} epochs" if epochs else ""
-                    )
-                    print(f"running {label} ...", file=sys.stderr, flush=True)
-                    row, attack = run_case(case, root, args, seed=seed, epochs=epochs)
-                    rows.append(row)
-                    done = row.get("error") or (
-                        f"{fmt(row.get('value'))}, met {fmt(row['met'])}, "
-                        f"{row['seconds']:.0f} s"
-                    )
-                    print(f"  {label}: {done}", file=sys.stderr, flush=True)
-                    if attack is not None:
-                        attack["seed"] = seed
-                        attacks.append(attack)
-        if with_flwr:
-            print("running flwr ...", file=sys.stderr, flush=True)
-            rows.append(run_flwr(root))
+    for row, attack in run_tasks(tasks, root, args):
+        rows.append(row)
+        if attack is not None:
+            attacks.append(attack)
+    if with_flwr:
+        print("running flwr ...", file=sys.stderr, flush=True)
+        rows.append(run_flwr(root))
     wall = time.perf_counter() - started
     load_after = os.getloadavg()
     aggs = aggregate(rows)
@@ -967,14 +1150,14 @@ def main() -> None:
     print(
         f"Utility of the defaults ({git_state()}; {'quick' if args.quick else 'full'}; "
         f"seeds {','.join(map(str, seeds))}; threads {args.threads}; "
-        f"generated files {args.rows} rows; "
+        f"jobs {args.jobs}; generated files {args.rows} rows; "
         f"{'overrides ' + json.dumps(args.overrides) + '; ' if args.overrides else ''}"
         f"{os.cpu_count()} CPUs, load "
         "average "
         f"{load_before[0]:.1f} before, {load_after[0]:.1f} after; {wall:.0f} s)\n"
     )
     print_table(rows)
-    if len(seeds) > 1 or len(epoch_counts) > 1:
+    if len(seeds) > 1 or len(epoch_counts) > 1 or len(file_sizes) > 1:
         print("\nMean +- SD over the seeds (final: the model the run returns):\n")
         print_aggregates(aggs)
     if longer:
@@ -989,8 +1172,9 @@ def main() -> None:
             "quick": args.quick,
             "seeds": seeds,
             "epochs": epoch_counts,
-            "rows": args.rows,
+            "rows": file_sizes,
             "threads": args.threads,
+            "jobs": args.jobs,
             "overrides": args.overrides,
             "load_average": [load_before[0], load_after[0]],
             "seconds": wall,
