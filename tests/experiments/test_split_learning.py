@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tpsl_flwr.engines.inprocess import InProcessGrid
-from tpsl_flwr.errors import ProtocolError
+from tpsl_flwr.errors import ConfigError, ProtocolError
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.experiment import build_strategy
 from tpsl_flwr.experiments.run import run_inprocess_experiment
@@ -144,7 +144,7 @@ def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
         validation_fraction=0.0,  # every training id trained on
     )
     first, _ = run_inprocess_experiment(cfg)
-    resumed_cfg = ExperimentConfig(
+    resumed = dict(
         dataset="breast-cancer",
         mechanism="laplace",
         epochs=3,
@@ -154,7 +154,18 @@ def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
         lr_schedule="constant",
         validation_fraction=0.0,
     )
+    # lr = auto resolves another rate over 3 epochs than over 2: the optimizer
+    # would go on at the stopped rate while results.json reported the new one.
+    stopped_lr = first["training"]["lr"]
+    with pytest.raises(ConfigError) as refused:
+        run_inprocess_experiment(ExperimentConfig(**resumed))
+    assert f"trained at learning rate {stopped_lr:g} and this one at" in str(
+        refused.value
+    )
+    assert f"resume with lr = {stopped_lr:g}" in str(refused.value)
+    resumed_cfg = ExperimentConfig(**resumed, lr=stopped_lr)
     second, grid = run_inprocess_experiment(resumed_cfg, record_messages=True)
+    assert second["training"]["lr"] == stopped_lr
     assert [h["epoch"] for h in second["history"]] == [1, 2, 3]
     assert second["history"][:2] == first["history"]
     # The OS key of the first run was restored from the label party's checkpoint.

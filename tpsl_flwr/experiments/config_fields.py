@@ -62,7 +62,8 @@ FIELD_HELP: dict[str, str] = {
     "steps (3e-3 for 4000 steps or more, up to 1e-2 for short runs; 1e-3 beside "
     "an ftrl wide part); on at most 50000 training rows beside ftrl or with noisy "
     "labels, more than 2 epochs take the 2-epoch rate times 2 / epochs (1 / "
-    "epochs with noisy labels and 64 steps an epoch or more)",
+    "epochs with noisy labels and 64 steps an epoch or more); a resume keeps the "
+    "stopped run's rate (another is refused)",
     "lr-schedule": "learning-rate schedule over the run: constant; cosine decay "
     "to 0 by the last step; restarts: a cosine cycle every 2 epochs (SGDR); auto: "
     "restarts for more than 2 epochs beside an ftrl wide part on more than 50000 "

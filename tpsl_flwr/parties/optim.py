@@ -8,14 +8,21 @@ scale with the gradients it applies to, so all models follow one schedule.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 
 from tpsl_flwr.errors import ConfigError
 
-__all__ = ["OptimizerFactory", "adam", "lr_scale", "set_lr_scale"]
+__all__ = [
+    "OptimizerFactory",
+    "adam",
+    "base_rates",
+    "check_resumed_rates",
+    "lr_scale",
+    "set_lr_scale",
+]
 
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
 SCHEDULES = ("constant", "cosine", "restarts")
@@ -116,3 +123,64 @@ def set_lr_scale(optimizer: torch.optim.Optimizer, scale: float) -> None:
     for group in optimizer.param_groups:
         group.setdefault("initial_lr", group["lr"])
         group["lr"] = group["initial_lr"] * scale
+
+
+def base_rates(param_groups: Iterable[Mapping[str, Any]]) -> tuple[float, ...]:
+    """Each parameter group's rate before any schedule (``initial_lr``, else ``lr``).
+
+    The rates a run was configured with, read the same way from a live
+    optimizer's ``param_groups`` and from a checkpoint's
+    (``state_dict()["param_groups"]``): :func:`set_lr_scale` keeps the
+    configured rate as ``initial_lr`` and schedules ``lr``.
+
+    Examples
+    --------
+    >>> w = torch.zeros(1, requires_grad=True)
+    >>> opt = torch.optim.Adam([w], lr=0.01)
+    >>> set_lr_scale(opt, 0.5)
+    >>> base_rates(opt.param_groups), base_rates(opt.state_dict()["param_groups"])
+    ((0.01,), (0.01,))
+    """
+    return tuple(float(g.get("initial_lr", g["lr"])) for g in param_groups)
+
+
+def check_resumed_rates(
+    optimizer: torch.optim.Optimizer, stopped_state: Mapping[str, Any]
+) -> None:
+    """Refuse to resume an optimizer configured at other rates than the stopped one.
+
+    ``load_state_dict`` brings the stopped run's rates back with its moments,
+    so the resumed run would train at those while its results reported the
+    rates it resolved itself (``lr = auto`` resolves another rate over another
+    epoch count). Call before loading ``stopped_state``.
+
+    Raises
+    ------
+    ConfigError
+        Naming both rates and the ``lr`` to resume with.
+
+    Examples
+    --------
+    >>> w = torch.zeros(1, requires_grad=True)
+    >>> stopped = torch.optim.Adam([w], lr=0.01).state_dict()
+    >>> check_resumed_rates(torch.optim.Adam([w], lr=0.01), stopped)
+    >>> check_resumed_rates(torch.optim.Adam([w], lr=0.005), stopped)
+    Traceback (most recent call last):
+    ...
+    tpsl_flwr.errors.ConfigError: cannot resume: the stopped run trained at learning rate 0.01 and this one at 0.005 (lr, resolved from the epochs, rows and mechanism when auto): the optimizer would go on at the stopped run's rate while the run reported its own; resume with lr = 0.01
+    """  # noqa: E501
+    configured = base_rates(optimizer.param_groups)
+    stopped = base_rates(stopped_state.get("param_groups", []))
+    if stopped and stopped != configured:
+        was, now = _rates_text(stopped), _rates_text(configured)
+        raise ConfigError(
+            f"cannot resume: the stopped run trained at learning rate {was} and "
+            f"this one at {now} (lr, resolved from the epochs, rows and mechanism "
+            "when auto): the optimizer would go on at the stopped run's rate while "
+            f"the run reported its own; resume with lr = {was}"
+        )
+
+
+def _rates_text(rates: tuple[float, ...]) -> str:
+    """``0.01`` (one group's rate) or ``0.01, 0.003`` (several)."""
+    return ", ".join(f"{r:g}" for r in rates)
