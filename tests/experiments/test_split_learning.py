@@ -1,6 +1,7 @@
 """End-to-end TPSL on the in-process engine: training, transcript, faults, resume."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -159,10 +160,10 @@ def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
     stopped_lr = first["training"]["lr"]
     with pytest.raises(ConfigError) as refused:
         run_inprocess_experiment(ExperimentConfig(**resumed))
-    assert f"trained at learning rate {stopped_lr:g} and this one at" in str(
+    assert f"trained with lr = {stopped_lr!r} and this one resolves lr = " in str(
         refused.value
     )
-    assert f"resume with lr = {stopped_lr:g}" in str(refused.value)
+    assert f"resolve to lr = {stopped_lr!r} (lr as given" in str(refused.value)
     resumed_cfg = ExperimentConfig(**resumed, lr=stopped_lr)
     second, grid = run_inprocess_experiment(resumed_cfg, record_messages=True)
     assert second["training"]["lr"] == stopped_lr
@@ -179,6 +180,50 @@ def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
     assert trained == 2 * -(-second["train_rows"] // 64)
     checkpoint = tmp_path / "label-party" / "checkpoint.pt"
     assert torch.load(checkpoint, weights_only=True)["epoch"] == 2
+
+
+def _files(*folders):
+    """Every file under ``folders``, by path: its bytes."""
+    return {
+        path: path.read_bytes()
+        for folder in folders
+        for path in sorted(Path(folder).rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_a_refused_resume_writes_nothing_and_the_rate_it_names_resumes(tmp_path):
+    # Prepare: 2 epochs under a fresh draw each epoch (the release count grows
+    # with the epochs), checkpointed; then a resume to 3 epochs, lr = auto.
+    from tpsl_flwr.experiments.run import run_experiment
+    from tpsl_flwr.release.ledger import default_ledger_dir
+
+    common = dict(
+        dataset="breast-cancer",
+        mechanism="laplace",
+        batch_size=64,
+        out_dir=str(tmp_path / "run"),
+        lr_schedule="constant",
+        validation_fraction=0.0,
+        reuse_noise=False,
+        checkpoint=True,
+    )
+    first = run_experiment(ExperimentConfig(epochs=2, **common), "local")
+    before = _files(tmp_path / "run", default_ledger_dir())
+    # Act: auto resolves another rate over 3 epochs than the stopped run's.
+    with pytest.raises(ConfigError, match=r"^cannot resume: ") as refused:
+        run_experiment(ExperimentConfig(epochs=3, resume=True, **common), "local")
+    # Assert: refused before anything was written: no ledger entry for a run
+    # that never trained, results.json, the key and the decisions as they were.
+    assert _files(tmp_path / "run", default_ledger_dir()) == before
+    stopped_lr = first["training"]["lr"]
+    assert f"resolve to lr = {stopped_lr!r} (lr as given" in str(refused.value)
+    # The exact rate the message names resumes (no rounding in the message).
+    again = run_experiment(
+        ExperimentConfig(epochs=3, resume=True, lr=stopped_lr, **common), "local"
+    )
+    assert [h["epoch"] for h in again["history"]] == [1, 2, 3]
+    assert again["training"]["lr"] == stopped_lr
 
 
 def test_a_team_embeds_the_strategy_in_its_own_server_app_and_client_app():

@@ -279,3 +279,34 @@ def test_ftrl_keeps_a_two_epoch_penalty_under_heavy_noise(
     got = tuple(optimizer.defaults[k] for k in ("lr", "l1", "l2"))
     assert got == pytest.approx(expected)
     assert wide_optimizer(cfg) is not None  # without rows: the settings as given
+
+
+def test_a_resume_whose_ftrl_budget_differs_is_refused_naming_it(
+    criteo_file, tmp_path, one_torch_thread
+):
+    # Prepare: 2 epochs on heavily noisy labels with the FTRL wide part, then a
+    # resume to 4 epochs at the same explicit lr: the wide part's budget (2 / 4)
+    # resolves another rate and penalties, which the nodes' checkpoints would
+    # silently override with the stopped run's.
+    common = dict(
+        mechanism="laplace",
+        epsilon=1.0,
+        lr=1e-3,
+        lr_schedule="constant",
+        validation_fraction=0.0,
+        checkpoint=True,
+        new_release=True,
+        out_dir=str(tmp_path / "out"),
+    )
+    run_inprocess_experiment(_criteo(criteo_file, epochs=2, noise_seed=0, **common))
+
+    # Execute
+    resumed = _criteo(criteo_file, epochs=4, resume=True, **common)
+    with pytest.raises(ConfigError, match=r"^cannot resume: ") as refused:
+        run_inprocess_experiment(resumed)
+
+    # Assert: each changed setting named with both exact values
+    message = str(refused.value)
+    assert "trained with wide-lr = 5.0, wide-l2 = 2.0 and" in message
+    assert "this one resolves wide-lr = 2.5, wide-l2 = 4.0:" in message
+    assert " lr = 0.001" not in message  # the same explicit rate: not changed

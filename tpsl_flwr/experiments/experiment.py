@@ -6,6 +6,7 @@ Shared by the ServerApp (``flwr run``), the in-process engine and
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from flwr.serverapp import Grid
 
 from tpsl_flwr._util.private_files import write_private
@@ -28,7 +30,7 @@ from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run_folder import RESULTS_FILE, retire_results
 from tpsl_flwr.experiments.run_report import write_report
 from tpsl_flwr.experiments.training_settings import training_of, validation_of
-from tpsl_flwr.experiments.wide_settings import resolve_wide
+from tpsl_flwr.experiments.wide_settings import resolve_wide, wide_ftrl_settings
 from tpsl_flwr.models import num_outputs_for
 from tpsl_flwr.parties import LabelParty, adam
 from tpsl_flwr.parties.weight_average import resolve_average
@@ -37,7 +39,7 @@ from tpsl_flwr.privacy.epsilon_text import has_dp_guarantee, total_text
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import Mechanism, parameter_of
 from tpsl_flwr.release.label_set import MIN_RECORDS
-from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding
+from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding, Release
 from tpsl_flwr.strategies import TPSLStrategy
 
 EVALUATION_LABELS = "evaluation-train-labels.npy"
@@ -127,19 +129,25 @@ def _own_total(spent: PrivacySpent, privacy: dict[str, Any]) -> Any:
 
 
 def preflight_release(cfg: ExperimentConfig) -> None:
-    """Refuse a fresh run counted as a release before its folder is touched.
+    """Refuse a fresh release, or a resume, before the run's folder is touched.
 
     The command line's check for ``--release`` runs (every other run of the
-    CLI's engines is a rehearsal, which the ledger never refuses): the same
-    decision the run's label party takes, taken first without writing, so a
-    refused run leaves its ``out-dir`` (and its earlier results) untouched.
+    CLI's engines is a rehearsal, which the ledger never refuses) and for
+    every resume (:func:`build_strategy` on the dry-run release: the bound
+    settings, the key, the checkpoint and the training settings it was
+    trained at): the same decision the run's label party takes, taken first
+    without writing, so a refused run leaves its ``out-dir`` (and its earlier
+    results) untouched.
 
     Raises
     ------
-    ReleaseRefused
+    ReleaseRefused, PrivacyError, ConfigError
         As the run would.
     """
-    if not cfg.release or cfg.resume:
+    if cfg.resume:  # every check of the resume, on the dry-run release
+        build_strategy(cfg, dry_run=True)
+        return
+    if not cfg.release:
         return
     labels = cfg.load_labels()
     mechanism = cfg.make_mechanism(labels.num_classes)
@@ -182,14 +190,20 @@ def is_rehearsal(grid: Grid, store: LabelStore) -> bool:
 
 
 def build_strategy(
-    cfg: ExperimentConfig, *, rehearsal: bool = False
+    cfg: ExperimentConfig, *, rehearsal: bool = False, dry_run: bool = False
 ) -> tuple[TPSLStrategy, dict[str, Any]]:
     """The label party for ``cfg`` (its labels only) and facts about the data.
 
     The noise key comes from the label party's private folder
     (:class:`~tpsl_flwr.release.store.LabelStore`), bound to every setting that
-    fixes the noise; a resume with any of them changed is refused.
-    ``rehearsal``: every node is the label party's own (:func:`is_rehearsal`).
+    fixes the noise; a resume with any of them changed is refused, and so is
+    one whose training settings resolve otherwise than the stopped run's
+    (:mod:`~tpsl_flwr.strategies.resume_check`): both decided on a dry-run
+    release first, so that a refused resume writes nothing (no ledger entry,
+    the label party's decisions kept). ``rehearsal``: every node is the label
+    party's own (:func:`is_rehearsal`). ``dry_run`` (a resume's check before
+    its folder is touched, :func:`preflight_release`): build the strategy on
+    the dry-run release and return it, having written nothing.
     """
     if cfg.resume and not cfg.checkpoint:
         raise ConfigError("resume needs checkpoint = true")
@@ -213,9 +227,9 @@ def build_strategy(
     if average == "auto" and training.still_learning:
         average = "off"
     store = LabelStore(cfg.label_party_dir)
-    provide_seeded_key(cfg)
-    release = store.open_release(
-        binding,
+    if not dry_run:
+        provide_seeded_key(cfg)
+    request: dict[str, Any] = dict(
         resume=cfg.resume,
         labels=records,
         privacy=privacy,
@@ -224,34 +238,49 @@ def build_strategy(
         run_name=Path(cfg.out_dir).name,
         rehearsal=rehearsal,
     )
-    party = LabelParty(
-        top,
-        labels.train_labels,
-        mechanism,
-        release.key,
-        placement=cfg.placement,
-        optimizer=adam(training.lr, cfg.weight_decay),
-        reuse_noise=cfg.reuse_noise,
-        denoise=cfg.label_denoise,
-        denoise_prior=cfg.denoise_prior,
+    # What the nodes resolve for the wide part: a resume must keep it too.
+    wide = wide_ftrl_settings(
+        cfg, int(labels.train_labels.size), heavy_noise=cfg.heavy_label_noise
     )
-    strategy = TPSLStrategy(
-        party,
-        test_labels=labels.test_labels,
-        batch_size=training.batch_size,
-        epochs=cfg.epochs,
-        steps_per_message=cfg.steps_per_message,
-        pipeline_depth=cfg.pipeline_depth,
-        wire_dtype=cfg.wire_dtype,
-        order_seed=cfg.seed,
-        num_nodes=cfg.num_parties,
-        audit=cfg.audit,
-        store=store if cfg.checkpoint else None,
-        release=release,
-        validation_fraction=validation,
-        lr_schedule=training.schedule,
-        average=average,
-    )
+
+    def label_party_on(release: Release, model: torch.nn.Module) -> TPSLStrategy:
+        party = LabelParty(
+            model,
+            labels.train_labels,
+            mechanism,
+            release.key,
+            placement=cfg.placement,
+            optimizer=adam(training.lr, cfg.weight_decay),
+            reuse_noise=cfg.reuse_noise,
+            denoise=cfg.label_denoise,
+            denoise_prior=cfg.denoise_prior,
+        )
+        return TPSLStrategy(
+            party,
+            test_labels=labels.test_labels,
+            batch_size=training.batch_size,
+            epochs=cfg.epochs,
+            steps_per_message=cfg.steps_per_message,
+            pipeline_depth=cfg.pipeline_depth,
+            wire_dtype=cfg.wire_dtype,
+            order_seed=cfg.seed,
+            num_nodes=cfg.num_parties,
+            audit=cfg.audit,
+            store=store if cfg.checkpoint else None,
+            release=release,
+            validation_fraction=validation,
+            lr_schedule=training.schedule,
+            average=average,
+            resume_settings=wide,
+        )
+
+    if cfg.resume or dry_run:  # every check of the resume, writing nothing
+        stopped = store.open_release(binding, dry_run=True, **request)
+        checked = label_party_on(stopped, copy.deepcopy(top))
+        if dry_run:
+            return checked, {}
+    release = store.open_release(binding, **request)
+    strategy = label_party_on(release, top)
     facts = {
         "dataset": cfg.dataset,
         "num_classes": labels.num_classes,

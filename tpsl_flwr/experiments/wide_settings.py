@@ -51,6 +51,7 @@ __all__ = [
     "check_wide",
     "has_wide",
     "resolve_wide",
+    "wide_ftrl_settings",
     "wide_mode",
     "wide_optimizer",
 ]
@@ -237,25 +238,40 @@ def wide_optimizer(
 ) -> OptimizerFactory | None:
     """The wide part's own optimizer factory; None: the run's Adam(W) takes it.
 
-    ``cfg`` resolved as for :func:`has_wide`. With ``train_rows`` given and
-    ``heavy_noise`` (labels noisy enough for the posterior), FTRL keeps the
-    penalty of a 2-epoch run whatever the epochs
-    (:func:`~tpsl_flwr.parties.training_rules.wide_budget`: ``wide-lr`` times
-    ``s``, ``wide-l1`` and ``wide-l2`` over ``s``, ``s = min(1, 2 / epochs)``
-    on at most 50,000 training rows). Public facts only: every node resolves
-    the same factor from its own row count.
+    ``cfg`` resolved as for :func:`has_wide`; FTRL at :func:`wide_ftrl_settings`.
+    """
+    found = wide_ftrl_settings(cfg, train_rows, heavy_noise=heavy_noise)
+    if not found:
+        return None
+    return ftrl(
+        found["wide-lr"], beta=WIDE_BETA, l1=found["wide-l1"], l2=found["wide-l2"]
+    )
+
+
+def wide_ftrl_settings(
+    cfg: WideFields, train_rows: int | None = None, *, heavy_noise: bool = False
+) -> dict[str, float]:
+    """The wide part's FTRL rate and penalties as trained (empty: no FTRL).
+
+    With ``train_rows`` given and ``heavy_noise`` (labels noisy enough for
+    the posterior), FTRL keeps the penalty of a 2-epoch run whatever the
+    epochs (:func:`~tpsl_flwr.parties.training_rules.wide_budget`:
+    ``wide-lr`` times ``s``, ``wide-l1`` and ``wide-l2`` over ``s``, ``s =
+    min(1, 2 / epochs)`` on at most 50,000 training rows). Public facts only:
+    every node resolves the same factor from its own row count, and the label
+    party checkpoints the values, so that a resume resolving others is refused
+    (:mod:`~tpsl_flwr.strategies.resume_check`).
     """
     if _resolved(cfg, None) != ("on", "ftrl"):
-        return None
+        return {}
     scale = 1.0
     if train_rows is not None:
         epochs = int(getattr(cfg, "epochs", BUDGET_EPOCHS))
         scale = wide_budget(
             train_rows=train_rows, epochs=epochs, heavy_noise=heavy_noise
         )
-    return ftrl(
-        cfg.wide_lr * scale,
-        beta=WIDE_BETA,
-        l1=cfg.wide_l1 / scale,
-        l2=cfg.wide_l2 / scale,
-    )
+    return {
+        "wide-lr": cfg.wide_lr * scale,
+        "wide-l1": cfg.wide_l1 / scale,
+        "wide-l2": cfg.wide_l2 / scale,
+    }

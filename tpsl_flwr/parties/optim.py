@@ -152,7 +152,11 @@ def check_resumed_rates(
     ``load_state_dict`` brings the stopped run's rates back with its moments,
     so the resumed run would train at those while its results reported the
     rates it resolved itself (``lr = auto`` resolves another rate over another
-    epoch count). Call before loading ``stopped_state``.
+    epoch count). Call before loading ``stopped_state``. The experiments and
+    :meth:`~tpsl_flwr.strategies.tpsl_strategy.TPSLStrategy.for_labels` refuse
+    such a resume earlier, before anything is written
+    (:mod:`tpsl_flwr.strategies.resume_check`); this is the last check, for a
+    checkpoint that saved no settings.
 
     Raises
     ------
@@ -171,7 +175,11 @@ def check_resumed_rates(
     """  # noqa: E501
     configured = base_rates(optimizer.param_groups)
     stopped = base_rates(stopped_state.get("param_groups", []))
-    if stopped and stopped != configured:
+    same = len(stopped) == len(configured) and all(
+        math.isclose(a, b, rel_tol=1e-9)
+        for a, b in zip(stopped, configured, strict=True)
+    )
+    if stopped and not same:
         was, now = _rates_text(stopped), _rates_text(configured)
         raise ConfigError(
             f"cannot resume: the stopped run trained at learning rate {was} and "
@@ -182,5 +190,5 @@ def check_resumed_rates(
 
 
 def _rates_text(rates: tuple[float, ...]) -> str:
-    """``0.01`` (one group's rate) or ``0.01, 0.003`` (several)."""
-    return ", ".join(f"{r:g}" for r in rates)
+    """``0.01`` (one group's rate) or ``0.01, 0.003`` (several), exact."""
+    return ", ".join(repr(r) for r in rates)

@@ -16,6 +16,7 @@ The lower-level objects stay public for those who need them
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from logging import INFO
 from pathlib import Path
@@ -39,7 +40,7 @@ from tpsl_flwr.parties.weight_average import resolve_average
 from tpsl_flwr.privacy.accounting import privacy_spent
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.release.ledger import PrivacyLedger
-from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding
+from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding, Release
 from tpsl_flwr.strategies.exchange import MAX_INTERVAL
 from tpsl_flwr.strategies.label_settings import (
     DEFAULT_WEIGHT_DECAY,
@@ -408,15 +409,10 @@ def for_labels(
         rehearsal=rehearsal,
         unprotected_release=unprotected_release,
     )
-    if noise_key is not None:
-        # Decide first, writing nothing, so that a refused release leaves the
-        # folder's key (and a run it could resume) as it was.
-        store.open_release(binding, dry_run=True, **request)
-        store.provide_key(noise_key, origin="os" if noise_key.secure else "seed")
-    release = store.open_release(binding, **request)
-    try:
+
+    def strategy_on(release: Release, model: nn.Module) -> Any:
         party = LabelParty(
-            top,
+            model,
             train,
             mech,
             release.key,
@@ -446,6 +442,20 @@ def for_labels(
             wire_dtype=wire_dtype,
             average=average,
         )
+        return strategy
+
+    if noise_key is not None or resume:
+        # Decide first, writing nothing, so that a refused release leaves the
+        # folder's key (and a run it could resume) as it was, and a refused
+        # resume (its settings: resume_check) records nothing in the ledger.
+        dry = store.open_release(binding, dry_run=True, **request)
+        if resume:
+            strategy_on(dry, copy.deepcopy(top))
+    if noise_key is not None:
+        store.provide_key(noise_key, origin="os" if noise_key.secure else "seed")
+    release = store.open_release(binding, **request)
+    try:
+        strategy = strategy_on(release, top)
     except BaseException:
         if not release.resumed:
             store.void(release)  # refused before a gradient was made

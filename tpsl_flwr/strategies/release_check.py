@@ -8,14 +8,16 @@ otherwise than the ledger recorded when its release was opened
 
 from __future__ import annotations
 
-from tpsl_flwr.errors import PrivacyError
+from flwr.app import ConfigRecord
+
+from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.privacy.accounting import PrivacySpent
 from tpsl_flwr.release.binding import check_bound
 from tpsl_flwr.release.record import check_spend
 from tpsl_flwr.release.store import Release
 
-__all__ = ["check_release"]
+__all__ = ["check_release", "refuse_configs"]
 
 
 def check_release(
@@ -73,3 +75,13 @@ def check_release(
             "noisy labels were released for validation would be trained on (or "
             "the reverse); state the release's value"
         )
+
+
+def refuse_configs(**given: ConfigRecord | None) -> None:
+    """Refuse non-empty configs ``start`` was given: it sends only its own keys."""
+    for name, config in given.items():
+        if config:
+            raise ConfigError(
+                f"TPSLStrategy.start does not send {name} ({sorted(config)}): "
+                "only the protocol's keys may leave the label party"
+            )

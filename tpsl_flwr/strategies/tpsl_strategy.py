@@ -26,7 +26,7 @@ and is handed the nodes and the grid with each call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from logging import INFO
 from typing import Any
 
@@ -60,7 +60,12 @@ from tpsl_flwr.strategies.epoch_loop import EpochLoop
 from tpsl_flwr.strategies.exchange import MAX_INTERVAL, exchange
 from tpsl_flwr.strategies.for_labels import for_labels as _for_labels
 from tpsl_flwr.strategies.node_count import refuse_extra_nodes, wait_for_nodes
-from tpsl_flwr.strategies.release_check import check_release
+from tpsl_flwr.strategies.release_check import check_release, refuse_configs
+from tpsl_flwr.strategies.resume_check import (
+    SETTINGS_KEY,
+    check_resumed_settings,
+    resolved_settings,
+)
 from tpsl_flwr.validation.best_epoch import BestEpoch
 from tpsl_flwr.validation.holdout import Validation, resolve_validation
 from tpsl_flwr.validation.scores import check_validation_mechanism
@@ -154,6 +159,10 @@ class TPSLStrategy(Strategy):
         and ``simulate`` pass ``off`` where the epoch budget leaves the model
         still learning: :func:`~tpsl_flwr.parties.weight_average.resolve_average`);
         ``off`` (the default): the last or the restored best epoch.
+    resume_settings
+        Settings resolved for the nodes that a resume must keep (the wide
+        part's FTRL rate and penalties), checkpointed with the label party's
+        optimizer's (:mod:`~tpsl_flwr.strategies.resume_check`).
 
     See ``docs/embedding.md`` for the contracts of both parties and for
     resuming an embedded run. :meth:`for_labels` builds the label party,
@@ -183,6 +192,7 @@ class TPSLStrategy(Strategy):
         pipeline_depth: int = 0,
         wire_dtype: str = "float32",
         average: str | bool = "off",
+        resume_settings: Mapping[str, Any] | None = None,
     ) -> None:
         for name, value in (
             ("batch_size", batch_size),
@@ -255,6 +265,8 @@ class TPSLStrategy(Strategy):
             average_from=self.average_from,
         )
         """The epochs' steps, evaluation query and best-epoch decision."""
+        # What a resume must keep, read before a checkpoint's optimizer loads.
+        self.settings = resolved_settings(label_party.optimizer, resume_settings)
         self._release = release
         if release is not None:
             self.restore_release(release)
@@ -528,6 +540,7 @@ class TPSLStrategy(Strategy):
         """
         self.check_release(release)
         if release.party_state is not None:
+            check_resumed_settings(release.party_state, self.settings)
             self.party.load_state_dict(release.party_state)
             self.start_epoch = release.start_epoch
             self.history = list(release.history)
@@ -565,6 +578,7 @@ class TPSLStrategy(Strategy):
                 state["average"] = average
             state["average_from"] = self.average_from  # a resume must keep it
             state["batch_size"] = self.batch_size  # and the steps it counted
+            state[SETTINGS_KEY] = self.settings  # and the optimizers' settings
             self.store.save_checkpoint(epoch, self.history, state)
 
     def check_resumed_average(self) -> None:
@@ -582,14 +596,4 @@ class TPSLStrategy(Strategy):
                 self.average_from,
                 average=self.average,
                 epochs=self.epochs,
-            )
-
-
-def refuse_configs(**given: ConfigRecord | None) -> None:
-    """Refuse non-empty configs ``start`` was given: it sends only its own keys."""
-    for name, config in given.items():
-        if config:
-            raise ConfigError(
-                f"TPSLStrategy.start does not send {name} ({sorted(config)}): "
-                "only the protocol's keys may leave the label party"
             )

@@ -1,0 +1,121 @@
+"""A resume held to the settings the stopped run trained at.
+
+A resumed run continues from its checkpoints: each party's optimizer comes
+back with the rates and decay it was built with, the label party's step count
+with the batches it counted. A resume whose settings resolve otherwise (``lr
+= auto`` over another epoch count, another ``weight-decay``, the wide part's
+FTRL rate and penalties scaled by another budget) would go on training at the
+stopped run's while its results reported its own. The label party saves the
+settings it resolved in every checkpoint (:func:`resolved_settings`) and a
+resume is refused, naming each that changed, before anything is written or
+sent: the label party checks them on the dry-run release (the experiments'
+``build_strategy``, ``TPSLStrategy.for_labels``), so a refused resume leaves
+the ledger, the label party's decisions and the run folder as they were.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.parties.optim import base_rates
+
+__all__ = ["SETTINGS_KEY", "check_resumed_settings", "resolved_settings"]
+
+SETTINGS_KEY = "settings"
+"""The checkpoint's key for :func:`resolved_settings` (the label party's state)."""
+
+
+def resolved_settings(
+    optimizer: torch.optim.Optimizer, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The settings a resume must keep: the optimizer's, and ``extra``.
+
+    ``lr`` and ``weight-decay`` are read from the label party's optimizer,
+    one per parameter group, as it was configured (before any schedule);
+    ``extra`` holds what the label party resolved for the nodes (the wide
+    part's FTRL settings), under the run-config names. The batch size and
+    ``average`` are checkpointed and checked on their own, with their reasons
+    (``EpochLoop.check_resumed_batch``,
+    :func:`~tpsl_flwr.parties.weight_average.check_resumed_average`).
+
+    Examples
+    --------
+    >>> w = torch.zeros(1, requires_grad=True)
+    >>> resolved_settings(torch.optim.Adam([w], lr=0.01))
+    {'lr': [0.01], 'weight-decay': [0.0]}
+    """
+    groups = optimizer.param_groups
+    return {
+        "lr": list(base_rates(groups)),
+        "weight-decay": [float(g.get("weight_decay", 0.0)) for g in groups],
+        **dict(extra or {}),
+    }
+
+
+def check_resumed_settings(
+    party_state: Mapping[str, Any] | None, now: Mapping[str, Any]
+) -> None:
+    """Refuse a resume whose resolved settings differ from the stopped run's.
+
+    ``party_state``: the checkpoint's label party state (a checkpoint written
+    before the settings were saved holds none: nothing to compare here, the
+    label party still compares its optimizer's rates when it loads it);
+    ``now``: this run's :func:`resolved_settings`. Settings only one of the
+    two names (a wide part added or dropped is a changed model, refused when
+    the weights load) are not compared here.
+
+    Raises
+    ------
+    ConfigError
+        Naming each setting that changed, both values exactly, and the values
+        to resume with.
+
+    Examples
+    --------
+    >>> stopped = {"settings": {"lr": [0.01], "weight-decay": [0.0]}}
+    >>> check_resumed_settings(stopped, {"lr": [0.01], "weight-decay": [0.0]})
+    >>> check_resumed_settings(stopped, {"lr": [2 / 300], "weight-decay": [0.0]})
+    Traceback (most recent call last):
+    ...
+    tpsl_flwr.errors.ConfigError: cannot resume: the stopped run trained with lr = 0.01 and this one resolves lr = 0.006666666666666667: the checkpoints hold the stopped run's optimizers, which would go on at its settings while this run reported its own; resume with settings that resolve to lr = 0.01 (lr as given, or the stopped run's epochs), or start a new run
+    """  # noqa: E501
+    stopped = (party_state or {}).get(SETTINGS_KEY)
+    if not stopped:
+        return
+    changed = [
+        name
+        for name, value in now.items()
+        if name in stopped and not _same(stopped[name], value)
+    ]
+    if changed:
+        was = ", ".join(f"{n} = {_text(stopped[n])}" for n in changed)
+        resolved = ", ".join(f"{n} = {_text(now[n])}" for n in changed)
+        raise ConfigError(
+            f"cannot resume: the stopped run trained with {was} and this one "
+            f"resolves {resolved}: the checkpoints hold the stopped run's "
+            "optimizers, which would go on at its settings while this run "
+            f"reported its own; resume with settings that resolve to {was} (lr "
+            "as given, or the stopped run's epochs), or start a new run"
+        )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, floats to 1e-9 relative (an auto value resolved twice is equal)."""
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float | int) and isinstance(b, float | int):
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+    return bool(a == b)
+
+
+def _text(value: Any) -> str:
+    """A setting as the command line takes it: exact floats, one value bare."""
+    if isinstance(value, list | tuple):
+        items = [_text(v) for v in value]
+        return items[0] if len(items) == 1 else ", ".join(items)
+    return repr(value) if isinstance(value, float) else str(value)
