@@ -305,6 +305,8 @@ CASES: tuple[Case, ...] = (
     ),
 )
 FLWR_TARGET = 0.70
+DEFAULT_EPOCHS = int(ExperimentConfig().epochs)
+"""The config's default epoch count (a case that names none is set at it)."""
 
 
 # --------------------------------------------------------------- references
@@ -465,16 +467,36 @@ def case_config(
         rows, case_epochs = 20_000, 2
     if rows and "rows" not in args.overrides:  # --set rows=N: a variant
         options["rows"] = rows
-    if epochs or case_epochs:
-        options["epochs"] = epochs or case_epochs
+    if epochs:  # --epochs, then --set epochs=N, then the case's own count
+        options["epochs"] = epochs
+    elif case_epochs and "epochs" not in args.overrides:
+        options["epochs"] = case_epochs
     return ExperimentConfig(**options)
 
 
 def target_epochs(case: Case, args: argparse.Namespace) -> int:
-    """The epoch count the case's target is set at (``--quick``: 2 for synthetic)."""
+    """The epoch count the case's target is set at (``--quick``: 2 for synthetic).
+
+    A case that names none is set at the config's default count.
+    """
     if args.quick and case.dataset == "synthetic-ctr":
         return 2
-    return case.epochs
+    return case.epochs or DEFAULT_EPOCHS
+
+
+def run_labels(case: Case, cfg: ExperimentConfig, file_rows: int) -> dict[str, Any]:
+    """What identifies a run in the tables: case, metric, rows, epochs, seed.
+
+    ``rows`` is the generated file's for Criteo and Avazu (the config's
+    ``rows`` is 0 there: the whole file), else the config's.
+    """
+    return {
+        "case": case.name,
+        "metric": case.metric,
+        "rows": file_rows if case.dataset in GENERATED and not cfg.rows else cfg.rows,
+        "epochs": cfg.epochs,
+        "seed": cfg.seed,
+    }
 
 
 GENERATED = {"criteo": "train.txt", "avazu": "train.csv"}
@@ -490,10 +512,12 @@ def generated_file(dataset: str, rows: int) -> Path:
     from tpsl_flwr.testing import write_avazu, write_criteo
 
     path = CRITEO_DIR / f"{dataset}-{rows}" / GENERATED[dataset]
-    if not path.exists():
+    if not path.exists():  # written aside, then renamed: no half-written file
         path.parent.mkdir(parents=True, exist_ok=True)
         writer = write_criteo if dataset == "criteo" else write_avazu
-        writer(path, rows, seed=0)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+        writer(partial, rows, seed=0)
+        os.replace(partial, path)
     return path
 
 
@@ -579,24 +603,13 @@ def run_case(
     epochs: int = 0,
     file_rows: int = CRITEO_ROWS,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Run one case and its reference; the table row and the attack row.
-
-    ``rows`` in the row is the generated file's for Criteo and Avazu (the
-    config's ``rows`` is 0 there: the whole file), else the config's.
-    """
+    """Run one case and its reference; the table row and the attack row."""
     out_dir = Path(tempfile.mkdtemp(prefix=f"{case.name}-", dir=root))
     cfg = case_config(
         case, out_dir, args, seed=seed, epochs=epochs, file_rows=file_rows
     )
-    row: dict[str, Any] = {
-        "case": case.name,
-        "metric": case.metric,
-        "rows": file_rows if case.dataset in GENERATED and not cfg.rows else cfg.rows,
-        "epochs": cfg.epochs,
-        "seed": cfg.seed,
-    }
-    at = target_epochs(case, args)
-    row["targeted"] = not at or at == cfg.epochs
+    row = run_labels(case, cfg, file_rows)
+    row["targeted"] = target_epochs(case, args) == cfg.epochs
     started = time.perf_counter()
     try:
         results = run_experiment(cfg, "local", overwrite=True)
@@ -1048,9 +1061,11 @@ def run_tasks(
                 results[index] = future.result()
             except Exception as err:  # a worker that died: report it, go on
                 case, seed, epochs, size = tasks[index]
-                failed = {"case": case.name, "metric": case.metric, "rows": size}
-                failed.update(seed=seed, epochs=epochs, seconds=0.0)
-                failed["error"] = f"{type(err).__name__}: {err}"
+                cfg = case_config(
+                    case, root, args, seed=seed, epochs=epochs, file_rows=size
+                )
+                failed = run_labels(case, cfg, size)  # as the run would have
+                failed.update(seconds=0.0, error=f"{type(err).__name__}: {err}")
                 results[index] = (failed, None)
             report(tasks[index], results[index][0], len(results))
     return [results[i] for i in range(len(tasks))]
