@@ -24,6 +24,18 @@ class PrivacyError(TPSLError):
     """Protection is configured but cannot be applied: fail closed."""
 
 
+class ResumeRefused(ConfigError):
+    """A resume refused before anything was sent or written.
+
+    It would train at other settings than the checkpoints it continues (the
+    message names them).
+
+    Entry points leave the run's folder as they found it on this error
+    (:func:`~tpsl_flwr.experiments.run_folder.run_in_folder`), as on
+    :class:`ReleaseRefused`.
+    """
+
+
 class ReleaseRefused(PrivacyError):
     """The privacy ledger refused a release before anything was sent or written.
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tpsl_flwr.engines.inprocess_run import run_inprocess
-from tpsl_flwr.errors import ProtocolError
+from tpsl_flwr.errors import ProtocolError, ResumeRefused
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run_folder import FAILED_FILE, read_failure
 from tpsl_flwr.simulations import client_app, run_in_folder, server_app
@@ -70,6 +70,50 @@ def test_a_failed_run_leaves_failed_with_the_root_cause_in_one_line(tmp_path, ca
     assert not (out / "results.json").exists()
     assert (out / "results.previous.json").exists()
     assert f"run failed: {line}" in caplog.text
+
+
+def test_a_refused_resume_leaves_the_folder_as_it_was(tmp_path, caplog):
+    # Prepare: a finished run's results (a ServerApp of `flwr run` that
+    # resumes it at other settings than its checkpoints)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "results.json").write_text('{"epochs": 2}')
+
+    def refused() -> dict:
+        raise ResumeRefused("cannot resume: the stopped run trained with lr = 0.01")
+
+    # Execute
+    with caplog.at_level(logging.ERROR), pytest.raises(ResumeRefused):
+        run_in_folder(out, refused)
+    # Assert: no FAILED marker, the results where they were
+    assert sorted(p.name for p in out.iterdir()) == ["results.json"]
+    assert json.loads((out / "results.json").read_text()) == {"epochs": 2}
+    assert "run refused, nothing sent or written: cannot resume" in caplog.text
+
+
+def test_a_resumed_rehearsal_without_dp_is_not_refused_by_the_preflight(tmp_path):
+    # Prepare: a data file (labels not public) and max-norm, which states no
+    # DP guarantee: a rehearsal (every node the CLI's own) is recorded, never
+    # refused, and so is its resume; the preflight must decide as the run.
+    from tpsl_flwr.experiments.run import run_experiment
+    from tpsl_flwr.testing import write_criteo
+
+    path = write_criteo(tmp_path / "data" / "train.txt", 600, seed=1).path
+    common = dict(
+        dataset="criteo",
+        data_path=str(path),
+        mechanism="max-norm",
+        lr=1e-3,
+        lr_schedule="constant",
+        checkpoint=True,
+        out_dir=str(tmp_path / "run"),
+    )
+    run_experiment(ExperimentConfig(epochs=1, **common), "local")
+    # Execute
+    results = run_experiment(ExperimentConfig(epochs=2, resume=True, **common), "local")
+    # Assert
+    assert [h["epoch"] for h in results["history"]] == [1, 2]
+    assert results["run_kind"] == "rehearsal"
 
 
 def test_a_run_that_writes_its_own_results_gets_the_rest_of_the_rules(tmp_path):

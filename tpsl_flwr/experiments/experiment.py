@@ -19,7 +19,7 @@ from flwr.serverapp import Grid
 
 from tpsl_flwr._util.private_files import write_private
 from tpsl_flwr.data.builtin import DATASETS, FILE_DATASETS
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.errors import ConfigError, ReleaseRefused
 from tpsl_flwr.experiments.architecture import build_top
 from tpsl_flwr.experiments.audience import (
     PUBLIC_SUMMARY,
@@ -135,9 +135,11 @@ def preflight_release(cfg: ExperimentConfig) -> None:
     CLI's engines is a rehearsal, which the ledger never refuses) and for
     every resume (:func:`build_strategy` on the dry-run release: the bound
     settings, the key, the checkpoint and the training settings it was
-    trained at): the same decision the run's label party takes, taken first
-    without writing, so a refused run leaves its ``out-dir`` (and its earlier
-    results) untouched.
+    trained at; the ledger's admission of a resume is left to the run, which
+    holds the decisions ``--release`` and ``--unprotected-release`` leave in
+    the label party's folder, and refuses before writing): the same decision
+    the run's label party takes, taken first without writing, so a refused
+    run leaves its ``out-dir`` (and its earlier results) untouched.
 
     Raises
     ------
@@ -145,7 +147,10 @@ def preflight_release(cfg: ExperimentConfig) -> None:
         As the run would.
     """
     if cfg.resume:  # every check of the resume, on the dry-run release
-        build_strategy(cfg, dry_run=True)
+        try:  # a rehearsal unless --release, as the CLI's engines decide
+            build_strategy(cfg, rehearsal=not cfg.release, dry_run=True)
+        except ReleaseRefused:
+            pass  # the ledger's decision is the run's own, with its decisions
         return
     if not cfg.release:
         return

@@ -46,7 +46,7 @@ from typing import Any
 from flwr.common.logger import log
 
 from tpsl_flwr._util.private_files import FILE_MODE, write_atomic
-from tpsl_flwr.errors import ConfigError, ReleaseRefused
+from tpsl_flwr.errors import ConfigError, ReleaseRefused, ResumeRefused
 from tpsl_flwr.experiments.audience import PUBLIC_SUMMARY, private_folder
 
 __all__ = [
@@ -360,7 +360,7 @@ def run_in_folder(
     out = private_folder(out_dir)
     try:
         results = run()
-    except ReleaseRefused as err:
+    except (ReleaseRefused, ResumeRefused) as err:
         if created:
             _remove_untouched(out)
         log(ERROR, "run refused, nothing sent or written: %s", err)

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.errors import ConfigError, ResumeRefused
 
 __all__ = [
     "OptimizerFactory",
@@ -160,7 +160,7 @@ def check_resumed_rates(
 
     Raises
     ------
-    ConfigError
+    ResumeRefused
         Naming both rates and the ``lr`` to resume with.
 
     Examples
@@ -171,7 +171,7 @@ def check_resumed_rates(
     >>> check_resumed_rates(torch.optim.Adam([w], lr=0.005), stopped)
     Traceback (most recent call last):
     ...
-    tpsl_flwr.errors.ConfigError: cannot resume: the stopped run trained at learning rate 0.01 and this one at 0.005 (lr, resolved from the epochs, rows and mechanism when auto): the optimizer would go on at the stopped run's rate while the run reported its own; resume with lr = 0.01
+    tpsl_flwr.errors.ResumeRefused: cannot resume: the stopped run trained at learning rate 0.01 and this one at 0.005 (lr, resolved from the epochs, rows and mechanism when auto): the optimizer would go on at the stopped run's rate while the run reported its own; resume with lr = 0.01
     """  # noqa: E501
     configured = base_rates(optimizer.param_groups)
     stopped = base_rates(stopped_state.get("param_groups", []))
@@ -181,7 +181,7 @@ def check_resumed_rates(
     )
     if stopped and not same:
         was, now = _rates_text(stopped), _rates_text(configured)
-        raise ConfigError(
+        raise ResumeRefused(
             f"cannot resume: the stopped run trained at learning rate {was} and "
             f"this one at {now} (lr, resolved from the epochs, rows and mechanism "
             "when auto): the optimizer would go on at the stopped run's rate while "

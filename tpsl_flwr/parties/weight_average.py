@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from tpsl_flwr._util.checks import check_int
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.errors import ConfigError, ResumeRefused
 
 __all__ = [
     "AVERAGE_MODES",
@@ -174,7 +174,7 @@ def check_resumed_average(
 
     Raises
     ------
-    ConfigError
+    ResumeRefused
         Naming both, in one line.
 
     Examples
@@ -182,10 +182,10 @@ def check_resumed_average(
     >>> check_resumed_average(1, None, average="off", epochs=8)
     Traceback (most recent call last):
     ...
-    tpsl_flwr.errors.ConfigError: cannot resume: the stopped run averages the weights of every epoch from epoch 2 on but this one (average = off, 8 epochs) averages no weights; resume with the stopped run's average
+    tpsl_flwr.errors.ResumeRefused: cannot resume: the stopped run averages the weights of every epoch from epoch 2 on but this one (average = off, 8 epochs) averages no weights; resume with the stopped run's average
     """  # noqa: E501
     if stopped != resumed:
-        raise ConfigError(
+        raise ResumeRefused(
             f"cannot resume: the stopped run {_averages(stopped)} but this one "
             f"(average = {average}, {epochs} epochs) {_averages(resumed)}; resume "
             "with the stopped run's average"

@@ -126,6 +126,9 @@ class Release:
         The ledger line written for it (what :meth:`LabelStore.void` voids).
     label_set
         The identity of its labels in the ledger.
+    dry_run
+        Opened to decide only (``open_release(dry_run=True)``): nothing was
+        written and nothing may train under it.
     """
 
     key: NoiseKey
@@ -139,6 +142,7 @@ class Release:
     resumed: bool = False
     entry: LedgerEntry | None = field(default=None, repr=False)
     label_set: LabelSet | None = field(default=None, repr=False)
+    dry_run: bool = False
 
     @property
     def kind(self) -> str:
@@ -412,7 +416,9 @@ class LabelStore:
             if not dry_run:
                 (self.folder / ACK_FILE).unlink(missing_ok=True)
         if dry_run:
-            return Release(key, origin, ledger=view, binding=binding, privacy=privacy)
+            return Release(
+                key, origin, ledger=view, binding=binding, privacy=privacy, dry_run=True
+            )
         make_private_dir(self.folder)
         self.checkpoint_path.unlink(missing_ok=True)
         self._write_key(key, origin, binding, self._label_check(key, labels))
@@ -492,6 +498,7 @@ class LabelStore:
             resumed=True,
             entry=entry,
             label_set=label_set,
+            dry_run=dry_run,
         )
         if not self.checkpoint_path.exists():
             # Stopped before its first checkpoint: gradients may have left

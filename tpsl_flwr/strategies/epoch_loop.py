@@ -20,7 +20,7 @@ from flwr.app import Message, MetricRecord
 from flwr.serverapp import Grid
 
 from tpsl_flwr.attacks.transcript_audit import TranscriptAudit
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.errors import ResumeRefused
 from tpsl_flwr.parties import LabelParty
 from tpsl_flwr.parties.model_state import load_checkpoint_state
 from tpsl_flwr.parties.optim import lr_scale, set_lr_scale
@@ -132,11 +132,11 @@ class EpochLoop:
 
         Raises
         ------
-        ConfigError
+        ResumeRefused
             Naming both sizes.
         """
         if stopped is not None and int(stopped) != self.batch_size:
-            raise ConfigError(
+            raise ResumeRefused(
                 f"cannot resume: the stopped run took batches of {int(stopped)} ids "
                 f"and this one takes {self.batch_size} (batch-size): its steps and "
                 f"learning-rate schedule count batches of {int(stopped)}; resume "

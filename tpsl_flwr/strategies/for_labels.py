@@ -223,7 +223,11 @@ def for_labels(
         Continue the run bound in ``label_dir`` (same settings and labels,
         else refused, naming what changed): the finished epochs are
         restored, the nodes load their checkpoints, and the strategy logs
-        ``resuming after epoch N``.
+        ``resuming after epoch N``. Every check (the ledger's, the bound
+        settings, the optimizer's rates: ``ResumeRefused``) is decided first
+        on a dry run of the release, building the strategy once more (the
+        class's constructor and ``optimizer`` run twice), so that a refused
+        resume writes nothing.
     new_release
         Acknowledge a further release of labels the ledger already holds
         under another key (a fresh run only).

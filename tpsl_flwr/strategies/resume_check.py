@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from tpsl_flwr.errors import ConfigError
+from tpsl_flwr.errors import ResumeRefused
 from tpsl_flwr.parties.optim import base_rates
 
 __all__ = ["SETTINGS_KEY", "check_resumed_settings", "resolved_settings"]
@@ -71,7 +71,7 @@ def check_resumed_settings(
 
     Raises
     ------
-    ConfigError
+    ResumeRefused
         Naming each setting that changed, both values exactly, and the values
         to resume with.
 
@@ -82,7 +82,7 @@ def check_resumed_settings(
     >>> check_resumed_settings(stopped, {"lr": [2 / 300], "weight-decay": [0.0]})
     Traceback (most recent call last):
     ...
-    tpsl_flwr.errors.ConfigError: cannot resume: the stopped run trained with lr = 0.01 and this one resolves lr = 0.006666666666666667: the checkpoints hold the stopped run's optimizers, which would go on at its settings while this run reported its own; resume with settings that resolve to lr = 0.01 (lr as given, or the stopped run's epochs), or start a new run
+    tpsl_flwr.errors.ResumeRefused: cannot resume: the stopped run trained with lr = 0.01 and this one resolves lr = 0.006666666666666667: the checkpoints hold the stopped run's optimizers, which would go on at its settings while this run reported its own; resume with settings that resolve to lr = 0.01 (lr as given, or the stopped run's epochs), or start a new run
     """  # noqa: E501
     stopped = (party_state or {}).get(SETTINGS_KEY)
     if not stopped:
@@ -95,7 +95,7 @@ def check_resumed_settings(
     if changed:
         was = ", ".join(f"{n} = {_text(stopped[n])}" for n in changed)
         resolved = ", ".join(f"{n} = {_text(now[n])}" for n in changed)
-        raise ConfigError(
+        raise ResumeRefused(
             f"cannot resume: the stopped run trained with {was} and this one "
             f"resolves {resolved}: the checkpoints hold the stopped run's "
             "optimizers, which would go on at its settings while this run "

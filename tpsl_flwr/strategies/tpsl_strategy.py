@@ -551,21 +551,12 @@ class TPSLStrategy(Strategy):
             self.check_resumed_average()
             self.loop.check_resumed_batch(release.party_state.get("batch_size"))
             self.loop.load_average_state(release.party_state.get("average"))
-            log(
-                INFO,
-                "resuming after epoch %d of %d (key %s)",
-                release.start_epoch,
-                self.epochs,
-                self.party.key.fingerprint,
-            )
+            note = f"resuming after epoch {release.start_epoch} of {self.epochs}"
         elif release.resumed:
             self.party.mark_resumed()
-            log(
-                INFO,
-                "resuming from epoch 1: the run stopped before its first checkpoint "
-                "(key %s, the same release)",
-                self.party.key.fingerprint,
-            )
+            note = "resuming from epoch 1: the run stopped before its first checkpoint"
+        if release.resumed and not release.dry_run:  # a dry run only decides
+            log(INFO, "%s (key %s)", note, self.party.key.fingerprint)
 
     def save_checkpoint(self, epoch: int) -> None:
         """With a store: save the label party's state (and best epoch) and history."""
