@@ -308,6 +308,8 @@ CASES: tuple[Case, ...] = (
 )
 FLWR_TARGET = 0.70
 DEFAULT_EPOCHS = int(ExperimentConfig().epochs)
+BASE_EPOCHS = 2
+"""Issue 39: longer runs are judged against 2 epochs (where run)."""
 """The config's default epoch count (a case that names none is set at it)."""
 
 
@@ -901,18 +903,21 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def longer_vs_shortest(aggs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per case and size run at several epoch counts: each count's mean final
-    against the shortest count's."""
+    """Per case and size run at several epoch counts: each longer count's mean
+    final against the base count's: 2 epochs where run (issue 39: "8 or 16
+    epochs never below 2"), else the shortest."""
     out = []
     for name, size in dict.fromkeys((a["case"], a["rows"]) for a in aggs):
         runs = sorted(
             (a for a in aggs if a["case"] == name and a["rows"] == size),
             key=lambda a: a["epochs"],
         )
-        if len(runs) < 2 or runs[0]["value"] is None:
+        base = next((a for a in runs if a["epochs"] == BASE_EPOCHS), runs[0])
+        if len(runs) < 2 or base["value"] is None:
             continue
-        base = runs[0]
-        for a in runs[1:]:
+        for a in runs:
+            if a["epochs"] <= base["epochs"]:
+                continue
             diff = None if a["value"] is None else a["value"] - base["value"]
             out.append({
                 "case": name,
@@ -962,8 +967,8 @@ def print_aggregates(aggs: list[dict[str, Any]]) -> None:
 
 
 def print_longer(rows: list[dict[str, Any]]) -> None:
-    """Longer runs against the shortest (markdown)."""
-    head = ["case", "rows", "epochs", "mean final", "shortest", "its mean final",
+    """Longer runs against the base count (markdown)."""
+    head = ["case", "rows", "epochs", "mean final", "against", "its mean final",
             "difference", f">= -{BEST_TOLERANCE}"]  # fmt: skip
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
@@ -1100,7 +1105,7 @@ def print_from_json(path: Path) -> None:
     print_aggregates(aggs)
     longer = longer_vs_shortest(aggs)
     if longer:
-        print("\nLonger runs against the shortest (mean final):\n")
+        print("\nLonger runs against 2 epochs, else the shortest (mean final):\n")
         print_longer(longer)
     if payload.get("attacks"):
         print("\nTranscript audit (SDA) against the closed forms:\n")
@@ -1222,7 +1227,7 @@ def main() -> None:
         print("\nMean +- SD over the seeds (final: the model the run returns):\n")
         print_aggregates(aggs)
     if longer:
-        print("\nLonger runs against the shortest (mean final):\n")
+        print("\nLonger runs against 2 epochs, else the shortest (mean final):\n")
         print_longer(longer)
     if attacks:
         print("\nTranscript audit (SDA) against the closed forms:\n")
