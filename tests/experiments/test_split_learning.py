@@ -163,7 +163,7 @@ def test_resume_continues_after_the_last_checkpoint_with_the_same_key(tmp_path):
     assert f"trained with lr = {stopped_lr!r} and this one resolves lr = " in str(
         refused.value
     )
-    assert f"resolve to lr = {stopped_lr!r} (lr as given" in str(refused.value)
+    assert f"resume with lr = {stopped_lr!r} (they resolve" in str(refused.value)
     resumed_cfg = ExperimentConfig(**resumed, lr=stopped_lr)
     second, grid = run_inprocess_experiment(resumed_cfg, record_messages=True)
     assert second["training"]["lr"] == stopped_lr
@@ -217,7 +217,7 @@ def test_a_refused_resume_writes_nothing_and_the_rate_it_names_resumes(tmp_path)
     # that never trained, results.json, the key and the decisions as they were.
     assert _files(tmp_path / "run", default_ledger_dir()) == before
     stopped_lr = first["training"]["lr"]
-    assert f"resolve to lr = {stopped_lr!r} (lr as given" in str(refused.value)
+    assert f"resume with lr = {stopped_lr!r} (they resolve" in str(refused.value)
     # The exact rate the message names resumes (no rounding in the message).
     again = run_experiment(
         ExperimentConfig(epochs=3, resume=True, lr=stopped_lr, **common), "local"

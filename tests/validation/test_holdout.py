@@ -1,8 +1,11 @@
 """validation-fraction = auto: when a run holds out ids, one rule, every entry point."""
 
+import re
+
 import pytest
 
 from tpsl_flwr import ConfigError, PrivacyError
+from tpsl_flwr.errors import ResumeRefused
 from tpsl_flwr.experiments.config import ExperimentConfig
 from tpsl_flwr.experiments.run import run_experiment
 from tpsl_flwr.experiments.training_settings import validation_of
@@ -126,9 +129,17 @@ def test_extending_a_run_across_the_epoch_line_names_the_hold_out(tmp_path, smal
         run_experiment(ExperimentConfig(**common, epochs=3, resume=True))
     assert "--validation-fraction 0.0" in str(err.value)
     assert "second, correlated draw" not in str(err.value)
-    extended = run_experiment(
-        ExperimentConfig(**common, epochs=3, resume=True, validation_fraction=0)
-    )
+    fixed = dict(**common, epochs=3, resume=True, validation_fraction=0)
+    # 3 epochs also resolve another lr and FTRL budget: refused, naming the
+    # values that resolve to the stopped run's (the checkpoints hold those).
+    with pytest.raises(ResumeRefused) as refused:
+        run_experiment(ExperimentConfig(**fixed))
+    named = re.search(r"resume with (.*) \(they resolve", str(refused.value))
+    assert named is not None, refused.value
+    values = dict(pair.split(" = ") for pair in named.group(1).split(", "))
+    assert set(values) == {"lr", "wide-lr", "wide-l2"}  # wide-l1 stays 0
+    flags = {k.replace("-", "_"): float(v) for k, v in values.items()}
+    extended = run_experiment(ExperimentConfig(**fixed, **flags))
     assert extended["epochs_trained"] == 1  # the one epoch left
     assert len(extended["history"]) == 3
 

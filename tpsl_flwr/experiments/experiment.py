@@ -41,6 +41,7 @@ from tpsl_flwr.privacy.mechanisms import Mechanism, parameter_of
 from tpsl_flwr.release.label_set import MIN_RECORDS
 from tpsl_flwr.release.store import LabelRecords, LabelStore, NoiseBinding, Release
 from tpsl_flwr.strategies import TPSLStrategy
+from tpsl_flwr.strategies.resume_check import GIVEN_KEY
 
 EVALUATION_LABELS = "evaluation-train-labels.npy"
 ID_SPACE_KEYS = ("dataset", "data-path", "rows", "seed", "test-fraction", "split")
@@ -244,9 +245,12 @@ def build_strategy(
         rehearsal=rehearsal,
     )
     # What the nodes resolve for the wide part: a resume must keep it too.
-    wide = wide_ftrl_settings(
+    wide: dict[str, Any] = wide_ftrl_settings(
         cfg, int(labels.train_labels.size), heavy_noise=cfg.heavy_label_noise
     )
+    if wide:  # and what the run config gave, for the values a refusal names
+        given = {"wide-lr": cfg.wide_lr, "wide-l1": cfg.wide_l1, "wide-l2": cfg.wide_l2}
+        wide[GIVEN_KEY] = given
 
     def label_party_on(release: Release, model: torch.nn.Module) -> TPSLStrategy:
         party = LabelParty(

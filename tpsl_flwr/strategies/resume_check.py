@@ -24,7 +24,7 @@ import torch
 from tpsl_flwr.errors import ResumeRefused
 from tpsl_flwr.parties.optim import base_rates
 
-__all__ = ["SETTINGS_KEY", "check_resumed_settings", "resolved_settings"]
+__all__ = ["GIVEN_KEY", "SETTINGS_KEY", "check_resumed_settings", "resolved_settings"]
 
 SETTINGS_KEY = "settings"
 """The checkpoint's key for :func:`resolved_settings` (the label party's state)."""
@@ -57,6 +57,12 @@ def resolved_settings(
     }
 
 
+GIVEN_KEY = "given"
+"""In :func:`resolved_settings`' ``extra``: what the run config gave for each
+setting that a rule scales (the wide part's), so that a refusal can name the
+values to pass; never compared."""
+
+
 def check_resumed_settings(
     party_state: Mapping[str, Any] | None, now: Mapping[str, Any]
 ) -> None:
@@ -67,7 +73,10 @@ def check_resumed_settings(
     label party still compares its optimizer's rates when it loads it);
     ``now``: this run's :func:`resolved_settings`. Settings only one of the
     two names (a wide part added or dropped is a changed model, refused when
-    the weights load) are not compared here.
+    the weights load) are not compared here. The values the refusal tells to
+    pass: the stopped one, times ``given / resolved`` where ``now[GIVEN_KEY]``
+    says what the run config gave for a setting a rule scales (the wide
+    part's budget over the epochs); an ``lr`` (auto or not) is taken as given.
 
     Raises
     ------
@@ -77,31 +86,46 @@ def check_resumed_settings(
 
     Examples
     --------
-    >>> stopped = {"settings": {"lr": [0.01], "weight-decay": [0.0]}}
-    >>> check_resumed_settings(stopped, {"lr": [0.01], "weight-decay": [0.0]})
-    >>> check_resumed_settings(stopped, {"lr": [2 / 300], "weight-decay": [0.0]})
+    >>> stopped = {"settings": {"lr": [0.01], "wide-lr": 5.0}}
+    >>> check_resumed_settings(stopped, {"lr": [0.01], "wide-lr": 5.0})
+    >>> now = {"lr": [2 / 300], "wide-lr": 2.5, "given": {"wide-lr": 5.0}}
+    >>> check_resumed_settings(stopped, now)
     Traceback (most recent call last):
     ...
-    tpsl_flwr.errors.ResumeRefused: cannot resume: the stopped run trained with lr = 0.01 and this one resolves lr = 0.006666666666666667: the checkpoints hold the stopped run's optimizers, which would go on at its settings while this run reported its own; resume with settings that resolve to lr = 0.01 (lr as given, or the stopped run's epochs), or start a new run
+    tpsl_flwr.errors.ResumeRefused: cannot resume: the stopped run trained with lr = 0.01, wide-lr = 5.0 and this one resolves lr = 0.006666666666666667, wide-lr = 2.5: the checkpoints hold the stopped run's optimizers, which would go on at its settings while this run reported its own; resume with lr = 0.01, wide-lr = 10.0 (they resolve to the stopped run's settings at this run's epochs), or start a new run
     """  # noqa: E501
     stopped = (party_state or {}).get(SETTINGS_KEY)
     if not stopped:
         return
+    given = now.get(GIVEN_KEY) or {}
     changed = [
         name
         for name, value in now.items()
-        if name in stopped and not _same(stopped[name], value)
+        if name != GIVEN_KEY and name in stopped and not _same(stopped[name], value)
     ]
     if changed:
         was = ", ".join(f"{n} = {_text(stopped[n])}" for n in changed)
         resolved = ", ".join(f"{n} = {_text(now[n])}" for n in changed)
+        to_pass = ", ".join(
+            f"{n} = {_text(_to_pass(stopped[n], given.get(n), now[n]))}"
+            for n in changed
+        )
         raise ResumeRefused(
             f"cannot resume: the stopped run trained with {was} and this one "
             f"resolves {resolved}: the checkpoints hold the stopped run's "
             "optimizers, which would go on at its settings while this run "
-            f"reported its own; resume with settings that resolve to {was} (lr "
-            "as given, or the stopped run's epochs), or start a new run"
+            f"reported its own; resume with {to_pass} (they resolve to the "
+            "stopped run's settings at this run's epochs), or start a new run"
         )
+
+
+def _to_pass(stopped: Any, given: Any, resolved: Any) -> Any:
+    """What resolves to ``stopped``, where ``given`` resolved to ``resolved``."""
+    numbers = all(isinstance(v, float | int) for v in (stopped, given, resolved))
+    if not numbers or not resolved:
+        return stopped
+    value = float(stopped) * float(given) / float(resolved)
+    return float(f"{value:.12g}")  # 7.5, not 7.500000000000001: within 1e-9
 
 
 def _same(a: Any, b: Any) -> bool:
