@@ -22,7 +22,7 @@ from tpsl_flwr._util.compact_ints import label_dtype
 from tpsl_flwr._util.finite import all_finite
 from tpsl_flwr.errors import ConfigError, PrivacyError
 from tpsl_flwr.parties.model_state import load_checkpoint_state
-from tpsl_flwr.parties.optim import OptimizerFactory, adam, check_resumed_rates
+from tpsl_flwr.parties.optim import OptimizerFactory, adam
 from tpsl_flwr.privacy.gradient_noise import gradient_noise_stream, perturb_gradients
 from tpsl_flwr.privacy.keyed_noise import NoiseKey
 from tpsl_flwr.privacy.mechanisms import Mechanism
@@ -577,7 +577,6 @@ class LabelParty:
                 f"{self.key.fingerprint})"
             )
         load_checkpoint_state(self.top, state["top"], "top model")
-        check_resumed_rates(self.optimizer, state["optimizer"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.steps = int(state["steps"])
         self._drawn = {

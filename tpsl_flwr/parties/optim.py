@@ -13,13 +13,12 @@ from typing import Any
 
 import torch
 
-from tpsl_flwr.errors import ConfigError, ResumeRefused
+from tpsl_flwr.errors import ConfigError
 
 __all__ = [
     "OptimizerFactory",
     "adam",
     "base_rates",
-    "check_resumed_rates",
     "lr_scale",
     "set_lr_scale",
 ]
@@ -142,53 +141,3 @@ def base_rates(param_groups: Iterable[Mapping[str, Any]]) -> tuple[float, ...]:
     ((0.01,), (0.01,))
     """
     return tuple(float(g.get("initial_lr", g["lr"])) for g in param_groups)
-
-
-def check_resumed_rates(
-    optimizer: torch.optim.Optimizer, stopped_state: Mapping[str, Any]
-) -> None:
-    """Refuse to resume an optimizer configured at other rates than the stopped one.
-
-    ``load_state_dict`` brings the stopped run's rates back with its moments,
-    so the resumed run would train at those while its results reported the
-    rates it resolved itself (``lr = auto`` resolves another rate over another
-    epoch count). Call before loading ``stopped_state``. The experiments and
-    :meth:`~tpsl_flwr.strategies.tpsl_strategy.TPSLStrategy.for_labels` refuse
-    such a resume earlier, before anything is written
-    (:mod:`tpsl_flwr.strategies.resume_check`); this is the last check, for a
-    checkpoint that saved no settings.
-
-    Raises
-    ------
-    ResumeRefused
-        Naming both rates and the ``lr`` to resume with.
-
-    Examples
-    --------
-    >>> w = torch.zeros(1, requires_grad=True)
-    >>> stopped = torch.optim.Adam([w], lr=0.01).state_dict()
-    >>> check_resumed_rates(torch.optim.Adam([w], lr=0.01), stopped)
-    >>> check_resumed_rates(torch.optim.Adam([w], lr=0.005), stopped)
-    Traceback (most recent call last):
-    ...
-    tpsl_flwr.errors.ResumeRefused: cannot resume: the stopped run trained at learning rate 0.01 and this one at 0.005 (lr, resolved from the epochs, rows and mechanism when auto): the optimizer would go on at the stopped run's rate while the run reported its own; resume with lr = 0.01
-    """  # noqa: E501
-    configured = base_rates(optimizer.param_groups)
-    stopped = base_rates(stopped_state.get("param_groups", []))
-    same = len(stopped) == len(configured) and all(
-        math.isclose(a, b, rel_tol=1e-9)
-        for a, b in zip(stopped, configured, strict=True)
-    )
-    if stopped and not same:
-        was, now = _rates_text(stopped), _rates_text(configured)
-        raise ResumeRefused(
-            f"cannot resume: the stopped run trained at learning rate {was} and "
-            f"this one at {now} (lr, resolved from the epochs, rows and mechanism "
-            "when auto): the optimizer would go on at the stopped run's rate while "
-            f"the run reported its own; resume with lr = {was}"
-        )
-
-
-def _rates_text(rates: tuple[float, ...]) -> str:
-    """``0.01`` (one group's rate) or ``0.01, 0.003`` (several), exact."""
-    return ", ".join(repr(r) for r in rates)

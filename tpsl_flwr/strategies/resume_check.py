@@ -16,7 +16,7 @@ the ledger, the label party's decisions and the run folder as they were.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -49,11 +49,15 @@ def resolved_settings(
     >>> resolved_settings(torch.optim.Adam([w], lr=0.01))
     {'lr': [0.01], 'weight-decay': [0.0]}
     """
-    groups = optimizer.param_groups
+    return {**_optimizer_settings(optimizer.param_groups), **dict(extra or {})}
+
+
+def _optimizer_settings(groups: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """``lr`` and ``weight-decay`` per parameter group, as configured."""
+    groups = list(groups)
     return {
         "lr": list(base_rates(groups)),
         "weight-decay": [float(g.get("weight_decay", 0.0)) for g in groups],
-        **dict(extra or {}),
     }
 
 
@@ -68,9 +72,8 @@ def check_resumed_settings(
 ) -> None:
     """Refuse a resume whose resolved settings differ from the stopped run's.
 
-    ``party_state``: the checkpoint's label party state (a checkpoint written
-    before the settings were saved holds none: nothing to compare here, the
-    label party still compares its optimizer's rates when it loads it);
+    ``party_state``: the checkpoint's label party state (one written before
+    the settings were saved: its optimizer's rates and decay alone);
     ``now``: this run's :func:`resolved_settings`. Settings only one of the
     two names (a wide part added or dropped is a changed model, refused when
     the weights load) are not compared here. The values the refusal tells to
@@ -86,6 +89,13 @@ def check_resumed_settings(
 
     Examples
     --------
+    An older checkpoint is held to its optimizer's own rates:
+
+    >>> older = {"optimizer": {"param_groups": [{"lr": 0.01, "weight_decay": 0.3}]}}
+    >>> check_resumed_settings(older, {"lr": [0.01], "weight-decay": [0.0]})
+    Traceback (most recent call last):
+    ...
+    tpsl_flwr.errors.ResumeRefused: cannot resume: the stopped run trained with weight-decay = 0.3 and this one resolves weight-decay = 0.0: the checkpoints hold the stopped run's optimizers, which would go on at its settings while this run reported its own; resume with weight-decay = 0.3 (they resolve to the stopped run's settings at this run's epochs), or start a new run
     >>> stopped = {"settings": {"lr": [0.01], "wide-lr": 5.0}}
     >>> check_resumed_settings(stopped, {"lr": [0.01], "wide-lr": 5.0})
     >>> now = {"lr": [2 / 300], "wide-lr": 2.5, "given": {"wide-lr": 5.0}}
@@ -94,7 +104,10 @@ def check_resumed_settings(
     ...
     tpsl_flwr.errors.ResumeRefused: cannot resume: the stopped run trained with lr = 0.01, wide-lr = 5.0 and this one resolves lr = 0.006666666666666667, wide-lr = 2.5: the checkpoints hold the stopped run's optimizers, which would go on at its settings while this run reported its own; resume with lr = 0.01, wide-lr = 10.0 (they resolve to the stopped run's settings at this run's epochs), or start a new run
     """  # noqa: E501
-    stopped = (party_state or {}).get(SETTINGS_KEY)
+    state = party_state or {}
+    stopped = state.get(SETTINGS_KEY)
+    if not stopped and "optimizer" in state:  # saved before the settings were
+        stopped = _optimizer_settings(state["optimizer"].get("param_groups", []))
     if not stopped:
         return
     given = now.get(GIVEN_KEY) or {}
